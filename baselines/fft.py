@@ -1,0 +1,24 @@
+"""Full fine-tuning (FFT): every weight trains, new rows included, with the usual full softmax."""
+
+from dataclasses import dataclass, field
+
+from clbench.method import register_method
+
+
+@dataclass(frozen=True)
+class FFTConfig:
+    lr: float = field(default=1e-3, metadata={"help": "AdamW learning rate for all weights"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay on all weights"})
+
+
+class FFT:
+    def __init__(self, model, expansion, config: FFTConfig):
+        model.requires_grad_(True)
+        self.model = model
+        self.param_groups = [{"params": [p for p in model.parameters()], "weight_decay": config.weight_decay}]
+
+    def finalize(self):
+        return self.model
+
+
+register_method("fft", FFTConfig, FFT, train_vocab="full", description="Full fine-tuning of every weight")

@@ -1,0 +1,3 @@
+"""clbench: a benchmark harness for continual learning in language models."""
+
+__version__ = "0.1.0"

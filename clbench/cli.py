@@ -1,0 +1,205 @@
+"""clbench's command line: a thin layer over importable functions.
+
+    clbench run --task all --method et
+    clbench run --task arithmetic --method et,fft --seeds 0,1,2
+    clbench ls tasks | methods ; clbench validate ; clbench results
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+from clbench.errors import ClbenchError
+
+DEFAULT_DB = "clbench-results.duckdb"
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, no usage dump
+        raise ClbenchError(f"{message} (see `{self.prog} --help`)")
+
+
+def parse_seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",")]
+    except ValueError:
+        raise ClbenchError(f"--seeds must be comma-separated integers, got {text!r}") from None
+    if len(set(seeds)) != len(seeds) or any(s < 0 for s in seeds):
+        raise ClbenchError(f"--seeds must be distinct non-negative integers, got {text!r}")
+    return seeds
+
+
+def parse_options(pairs: list[str]) -> dict[str, str]:
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ClbenchError(f"--set takes KEY=VALUE, got {pair!r}")
+        options[key] = value
+    return options
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="clbench", description="Continual-learning benchmark for vocabulary expansion in LMs.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    db = dict(default=os.environ.get("CLBENCH_DB", DEFAULT_DB), help=f"DuckDB results file (default: {DEFAULT_DB} or $CLBENCH_DB)")
+    task_dir = dict(action="append", type=Path, default=[], help="extra folder of task YAML files (repeatable)")
+
+    run = commands.add_parser("run", help="run tasks × methods × seeds; only what is missing from the DB")
+    run.add_argument("--task", required=True, help="task names, comma-separated, or 'all'")
+    run.add_argument("--method", required=True, help="method names, comma-separated, or 'all'")
+    run.add_argument("--model", help="base model: builtin:NAME, a local path or a Hugging Face id (default: the task's)")
+    run.add_argument("--profile", help="a task profile, e.g. 'paper' for the paper's models and budgets")
+    run.add_argument("--seeds", default="0", help="comma-separated seeds (default: 0)")
+    run.add_argument("--init", help="initialisation of the new rows (default: the task's)")
+    run.add_argument("--n-train", type=positive_int, help="override the task's number of training examples")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="method option, e.g. lr=1e-3")
+    run.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code to run")
+    run.add_argument("--db", **db)
+    run.add_argument("--task-dir", **task_dir)
+
+    ls = commands.add_parser("ls", help="list tasks or methods")
+    ls.add_argument("what", choices=["tasks", "methods"])
+    ls.add_argument("--task-dir", **task_dir)
+
+    validate = commands.add_parser("validate", help="check every task file (schema, params, generator)")
+    validate.add_argument("--task-dir", **task_dir)
+
+    results = commands.add_parser("results", help="print finished results: mean over seeds per task × method × model")
+    results.add_argument("--db", **db)
+    results.add_argument("--task", help="only this task")
+
+    base = commands.add_parser("build-base", help="build (or rebuild with --force) the local arithmetic base model")
+    base.add_argument("--force", action="store_true")
+    return parser
+
+
+def cmd_run(args) -> int:
+    from clbench.method import methods
+    from clbench.protocol import Session, run_one
+    from clbench.store import Store
+    from clbench.taskspec import load_tasks
+
+    tasks, registry = load_tasks(args.task_dir), methods()
+    task_names, method_names = tasks.resolve(args.task), registry.resolve(args.method)
+    seeds, options = parse_seeds(args.seeds), parse_options(args.set)
+    if options and len(method_names) > 1:
+        raise ClbenchError("--set applies to one method; name a single --method with it")
+    for name in method_names:
+        registry.get(name).config(options)  # fail on a bad option before any work
+    store, session = Store(args.db), Session(trust_remote_code=args.trust_remote_code)
+    outcomes = []
+    for task_name in task_names:
+        for method_name in method_names:
+            for seed in seeds:
+                outcomes.append(run_one(
+                    tasks.get(task_name), registry.get(method_name), seed=seed, store=store, session=session,
+                    model=args.model, profile=args.profile, options=options, init=args.init, n_train=args.n_train,
+                ))
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("finished", "skipped", "failed")}
+    print(f"{len(outcomes)} runs: {counts['finished']} finished, {counts['skipped']} already in {args.db}, {counts['failed']} failed", file=sys.stderr)
+    print(summary(store, [o.run_id for o in outcomes]))
+    return 1 if counts["failed"] else 0
+
+
+SUMMARY_METRICS = ["target_loss", "target_acc", "target_acc_seen", "target_acc_unseen", "old_skill_acc_delta",
+                   "forgetting_oldvocab", "forgetting_full", "trainable_params", "train_seconds"]
+
+
+def summary(store, run_ids: list[str] | None = None, task: str | None = None) -> str:
+    import pandas as pd
+
+    frame = store.query("SELECT * FROM results WHERE status = 'finished'")
+    if run_ids is not None:
+        frame = frame[frame.run_id.isin(run_ids)]
+    if task:
+        frame = frame[frame.task == task]
+    if frame.empty:
+        return "(no finished runs)"
+    table = frame.pivot_table(index=["task", "method", "model"], columns="metric", values="value", aggfunc="mean")
+    seeds = frame.groupby(["task", "method", "model"]).seed.nunique().rename("seeds")
+    table = pd.concat([seeds, table[[m for m in SUMMARY_METRICS if m in table.columns]]], axis=1)
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.4g}".format):
+        return table.to_string()
+
+
+def cmd_ls(args) -> int:
+    if args.what == "tasks":
+        from clbench.taskspec import load_tasks
+
+        for name, task in ((n, load_tasks(args.task_dir).get(n)) for n in load_tasks(args.task_dir)):
+            print(f"{name:<16} v{task.spec.version}  {task.spec.model:<24} {task.spec.description}")
+    else:
+        from clbench.method import methods
+
+        for name in methods():
+            spec = methods().get(name)
+            options = ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(spec.config_cls))
+            print(f"{name:<10} {spec.description}  [{options}]")
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from clbench.arith import char_tokenizer
+    from clbench.taskspec import load_tasks
+
+    tasks = load_tasks(args.task_dir)
+    for name in tasks:
+        task = tasks.get(name)
+        for profile in [None, *task.spec.profiles]:
+            _, _, params = task.resolved(profile)
+        # generating data needs a tokenizer; the character tokenizer is always at hand offline
+        data = task.build(task.resolved()[2], char_tokenizer())
+        if task.spec.budget.n_train > len(data.train):
+            raise ClbenchError(f"task {name!r}: budget.n_train {task.spec.budget.n_train} exceeds its {len(data.train)} training examples")
+        print(f"ok  {name} v{task.spec.version}: {len(data.new_tokens)} new tokens, {len(data.train)} train, {len(data.target_test)} target, {len(data.old_text)} old-text")
+    return 0
+
+
+def cmd_results(args) -> int:
+    from clbench.store import Store
+
+    print(summary(Store(args.db), task=args.task))
+    return 0
+
+
+def cmd_build_base(args) -> int:
+    from clbench.arith import load_or_build
+
+    load_or_build(force=args.force)
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "ls": cmd_ls, "validate": cmd_validate, "results": cmd_results, "build-base": cmd_build_base}
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # our own progress lines suffice
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    try:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except ClbenchError as error:
+        print(f"clbench: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("clbench: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""Task data, and turning it into padded batches with a loss mask.
+
+Every sequence is  [bos] prompt completion [eos]; the loss (and exact-match accuracy) covers
+the completion and the eos, so "12" never scores as "123". Plain text is a completion with an
+empty prompt: every token after bos counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from clbench.errors import ClbenchError
+
+
+@dataclass(frozen=True)
+class Example:
+    prompt: str
+    completion: str
+    group: str | None = None  # e.g. "seen" / "unseen": accuracy is also reported per group
+
+
+@dataclass(frozen=True)
+class TaskData:
+    new_tokens: list[str]
+    train: list[Example]  # a pool; a run trains on its first n_train examples
+    target_test: list[Example]  # held out, written with the new tokens
+    old_text: list[str]  # old vocabulary only: forgetting is measured here
+    old_skill: list[Example] = field(default_factory=list)  # probe of a skill the base had
+
+    def fingerprint(self) -> str:
+        blob = json.dumps(asdict(self), sort_keys=True, ensure_ascii=False).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Encoded:
+    ids: list[int]
+    loss_from: int  # positions >= loss_from are predicted targets (index into ids)
+
+
+def encode(tokenizer, prompt: str, completion: str, max_length: int) -> Encoded:
+    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    head = bos + tokenizer.encode(prompt, add_special_tokens=False)
+    tail = tokenizer.encode(completion, add_special_tokens=False) + [tokenizer.eos_token_id]
+    ids = head + tail
+    if not head:
+        raise ClbenchError("tokenizer has no bos token and the prompt is empty: nothing to condition on")
+    if len(ids) > max_length:
+        raise ClbenchError(f"a sequence of {len(ids)} tokens exceeds the model context of {max_length}: {prompt + completion!r:.60}")
+    return Encoded(ids, len(head))
+
+
+def encode_examples(tokenizer, examples: list[Example], max_length: int) -> list[Encoded]:
+    return [encode(tokenizer, e.prompt, e.completion, max_length) for e in examples]
+
+
+def encode_texts(tokenizer, texts: list[str], max_length: int) -> list[Encoded]:
+    return [encode(tokenizer, "", t, max_length) for t in texts]
+
+
+def collate(batch: list[Encoded], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """→ input_ids, attention_mask, target_mask; target_mask[b, t] says ids[b, t+1] is scored."""
+    width = max(len(e.ids) for e in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(batch), width), dtype=torch.long)
+    target = torch.zeros((len(batch), width - 1), dtype=torch.bool)
+    for row, e in enumerate(batch):
+        ids[row, : len(e.ids)] = torch.tensor(e.ids)
+        attention[row, : len(e.ids)] = 1
+        target[row, e.loss_from - 1 : len(e.ids) - 1] = True
+    return ids, attention, target

@@ -1,0 +1,13 @@
+"""The one exception type a user is meant to see.
+
+Anything raised as ClbenchError is bad input or an unavailable resource: the CLI prints its
+message on one line and exits non-zero. Everything else is a bug and keeps its traceback.
+"""
+
+
+class ClbenchError(Exception):
+    pass
+
+
+class DivergedError(ClbenchError):
+    """Training produced a non-finite loss or gradient; the run is recorded as failed."""

@@ -1,0 +1,84 @@
+"""Scoring a model on encoded examples: losses under both softmaxes and exact-match hits.
+
+Logits are computed as hidden @ W[:V]ᵀ (old vocabulary) and hidden @ Wᵀ (full) only at scored
+positions. Slicing W rather than the full logits makes the old-vocabulary matmul the very same
+operation, shape included, for the base model and an expanded one, so a method that leaves old
+weights untouched gets bit-identical old-vocabulary numbers, not "equal up to BLAS blocking".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from clbench import metrics
+from clbench.data import Encoded, collate
+
+
+@dataclass(frozen=True)
+class Scores:
+    nll_old: float  # Σ NLL over scored positions with an old-vocabulary target, old softmax
+    n_old: int
+    nll_full: float  # Σ NLL over all scored positions, full softmax
+    n_full: int
+    hits_old: torch.Tensor  # [n_examples] bool, old-vocabulary argmax
+    hits_full: torch.Tensor  # [n_examples] bool, full-vocabulary argmax
+
+    @property
+    def loss_old(self) -> float:
+        return metrics.mean_nll(self.nll_old, self.n_old)
+
+    @property
+    def loss_full(self) -> float:
+        return metrics.mean_nll(self.nll_full, self.n_full)
+
+
+def _head(model, hidden: torch.Tensor, rows: int | None) -> torch.Tensor:
+    head = model.get_output_embeddings()
+    weight = head.weight if rows is None else head.weight[:rows]
+    bias = getattr(head, "bias", None)
+    if bias is not None and rows is not None:
+        bias = bias[:rows]
+    logits = F.linear(hidden, weight, bias)
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    return torch.tanh(logits / cap) * cap if cap else logits
+
+
+@torch.inference_mode()
+def score(model, encoded: list[Encoded], *, old_vocab: int, pad_id: int, batch_size: int) -> Scores:
+    if not encoded:
+        empty = torch.zeros(0, dtype=torch.bool)
+        return Scores(0.0, 0, 0.0, 0, empty, empty)
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    full_vocab = model.get_output_embeddings().weight.shape[0]
+    nll_old = nll_full = 0.0
+    n_old = n_full = 0
+    correct_old, correct_full, example_of = [], [], []
+    for start in range(0, len(encoded), batch_size):
+        ids, attention, target_mask = collate(encoded[start : start + batch_size], pad_id)
+        ids, attention, target_mask = ids.to(device), attention.to(device), target_mask.to(device)
+        hidden = model.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state
+        h = hidden[:, :-1][target_mask]
+        targets = ids[:, 1:][target_mask]
+        rows = torch.arange(start, start + ids.shape[0], device=device)[:, None].expand_as(target_mask)[target_mask]
+        logits_old = _head(model, h, old_vocab)
+        logits_full = _head(model, h, None) if full_vocab > old_vocab else logits_old
+        is_old = targets < old_vocab
+        nll_old += metrics.token_nll(logits_old[is_old], targets[is_old]).sum().item()
+        n_old += int(is_old.sum())
+        nll_full += metrics.token_nll(logits_full, targets).sum().item()
+        n_full += len(targets)
+        correct_old.append(logits_old.argmax(-1) == targets)
+        correct_full.append(logits_full.argmax(-1) == targets)
+        example_of.append(rows)
+    model.train(was_training)
+    example_of = torch.cat(example_of).cpu()
+    return Scores(
+        nll_old, n_old, nll_full, n_full,
+        metrics.exact_match(torch.cat(correct_old).cpu(), example_of, len(encoded)),
+        metrics.exact_match(torch.cat(correct_full).cpu(), example_of, len(encoded)),
+    )

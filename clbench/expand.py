@@ -1,0 +1,80 @@
+"""Adding the new tokens U to the tokenizer and the embedding matrices, and initialising them.
+
+The initialisation is an explicit option because it matters (ASSETS.md: mean initialisation
+sometimes stalls where random does not); every run records which one it used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from clbench.errors import ClbenchError
+
+INIT_STRATEGIES = ("random", "mean", "subword-mean")
+
+
+@dataclass(frozen=True)
+class Expansion:
+    old_vocab: int  # |V|: ids below this are the base vocabulary
+    new_ids: list[int]  # ids of U, in the order of the task's new_tokens
+    tied: bool  # output embeddings share the input matrix
+
+    @property
+    def new_vocab(self) -> int:
+        return self.old_vocab + len(self.new_ids)
+
+
+def check_new_tokens(tokenizer, new_tokens: list[str]) -> None:
+    if len(set(new_tokens)) != len(new_tokens):
+        dup = sorted({t for t in new_tokens if new_tokens.count(t) > 1})
+        raise ClbenchError(f"duplicate new tokens: {dup}")
+    vocab = tokenizer.get_vocab()
+    clash = [t for t in new_tokens if t in vocab]
+    if clash:
+        raise ClbenchError(f"new token(s) already in the base vocabulary: {clash[:5]}")
+
+
+def expand(model, tokenizer, new_tokens: list[str], *, init: str, seed: int) -> Expansion:
+    """Mutates model and tokenizer: |V| → |V| + |U|, new rows initialised by `init`."""
+    if init not in INIT_STRATEGIES:
+        raise ClbenchError(f"unknown init strategy {init!r}; known: {', '.join(INIT_STRATEGIES)}")
+    check_new_tokens(tokenizer, new_tokens)
+    # |V| is the tokenizer's size: models with a padded embedding matrix (Qwen2.5: 151,936 rows
+    # for 151,665 tokens) give U the unused rows first and grow the matrix only if needed.
+    old_vocab = len(tokenizer)
+    rows = model.get_input_embeddings().weight.shape[0]
+    if old_vocab > rows:
+        raise ClbenchError(f"tokenizer has {old_vocab} tokens but the model only {rows} embedding rows")
+    pieces = [tokenizer.encode(t, add_special_tokens=False) for t in new_tokens]
+    tokenizer.add_tokens(new_tokens)
+    new_ids = tokenizer.convert_tokens_to_ids(new_tokens)
+    if new_ids != list(range(old_vocab, old_vocab + len(new_tokens))):
+        raise ClbenchError(f"tokenizer gave the new tokens ids {new_ids[:5]}..., expected {old_vocab}...")
+    if old_vocab + len(new_tokens) > rows:
+        model.resize_token_embeddings(old_vocab + len(new_tokens), mean_resizing=False)
+    tied = model.get_output_embeddings() is not None and (
+        model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    )
+    generator = torch.Generator().manual_seed(seed)
+    matrices = [model.get_input_embeddings().weight]
+    if not tied and model.get_output_embeddings() is not None:
+        matrices.append(model.get_output_embeddings().weight)
+    with torch.no_grad():
+        for weight in matrices:
+            weight[old_vocab : old_vocab + len(new_ids)] = initial_rows(weight[:old_vocab], pieces, init, generator).to(weight.dtype)
+    return Expansion(old_vocab, list(new_ids), tied)
+
+
+def initial_rows(old: torch.Tensor, pieces: list[list[int]], init: str, generator: torch.Generator) -> torch.Tensor:
+    old = old.detach().float().cpu()
+    mean = old.mean(0)
+    if init == "mean":
+        return mean.expand(len(pieces), -1).clone()
+    if init == "random":
+        # centred on the mean row, with the spread of the existing rows
+        noise = torch.randn((len(pieces), old.shape[1]), generator=generator)
+        return mean + noise * old.std()
+    # subword-mean: what the old tokenizer made of the token's string
+    return torch.stack([old[ids].mean(0) if ids else mean for ids in pieces])

@@ -1,0 +1,83 @@
+"""The method protocol and registry.
+
+A method is one file in baselines/ that defines a config dataclass (with `help` metadata on
+every field and at least `lr`) and a `setup` function, and registers them with one call:
+
+    register_method("et", ETConfig, setup, train_vocab="old", description="...")
+
+setup(model, expansion, config) gets the expanded model and returns an Adapter: the parameter
+groups to optimise and a `finalize()` that returns the model to evaluate. The training loop,
+budgets and evaluation are the protocol's (clbench/protocol.py), identical for every method.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Protocol
+
+from clbench.errors import ClbenchError
+from clbench.expand import Expansion
+from clbench.registry import Registry
+
+
+class Adapter(Protocol):
+    param_groups: list[dict]  # AdamW groups; each may set its own weight_decay (default 0)
+
+    def finalize(self): ...  # → the model to evaluate, new rows written into it
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    config_cls: type
+    setup: Callable[[Any, Expansion, Any], Adapter]
+    train_vocab: Literal["old", "full"]  # "old": training softmax over V only (p(u|·) = 0)
+    description: str
+
+    def config(self, overrides: dict[str, Any] | None = None):
+        fields = {f.name: f for f in dataclasses.fields(self.config_cls)}
+        overrides = overrides or {}
+        for key, value in overrides.items():
+            if key not in fields:
+                raise ClbenchError(f"method {self.name!r} has no option {key!r}; options: {', '.join(fields)}")
+        try:
+            return self.config_cls(**{k: _coerce(fields[k], v, self.name) for k, v in overrides.items()})
+        except (TypeError, ValueError) as error:
+            raise ClbenchError(f"method {self.name!r}: {error}") from None
+
+
+def _coerce(field: dataclasses.Field, value: Any, method: str) -> Any:
+    kind = type(field.default) if field.default is not dataclasses.MISSING else str
+    if isinstance(value, str) and kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            raise ClbenchError(f"method {method!r} option {field.name!r} needs a {kind.__name__}, got {value!r}") from None
+    return value
+
+
+METHODS: Registry[MethodSpec] = Registry("method")
+
+
+def register_method(name, config_cls, setup, *, train_vocab, description) -> MethodSpec:
+    if "lr" not in {f.name for f in dataclasses.fields(config_cls)}:
+        raise ClbenchError(f"method {name!r}: its config needs an 'lr' field")
+    return METHODS.register(name, MethodSpec(name, config_cls, setup, train_vocab, description))
+
+
+_loaded = False
+
+
+def methods() -> Registry[MethodSpec]:
+    """The registry, after importing every module of baselines/ (each registers itself)."""
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        import clbench.baselines as package
+
+        for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
+            importlib.import_module(f"clbench.baselines.{module}")
+    return METHODS

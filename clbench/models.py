@@ -1,0 +1,72 @@
+"""Where base models come from: one place for builtin names, local paths and hub ids."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from clbench import arith
+from clbench.errors import ClbenchError
+
+BUILTIN = {
+    "arith-llama": lambda log: arith.load_or_build(log=log),
+}
+
+
+@dataclass(frozen=True)
+class Base:
+    ref: str
+    model: torch.nn.Module
+    tokenizer: object
+    fingerprint: str
+
+    @property
+    def max_length(self) -> int:
+        return int(getattr(self.model.config, "max_position_embeddings", 2048))
+
+
+def fingerprint(model: torch.nn.Module) -> str:
+    """sha256 over every tensor of the state dict: names the weights, wherever they came from."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def load_base(ref: str, *, log=print, trust_remote_code: bool = False) -> Base:
+    if ref.startswith("builtin:"):
+        name = ref.removeprefix("builtin:")
+        if name not in BUILTIN:
+            raise ClbenchError(f"unknown builtin model {ref!r}; known: {', '.join('builtin:' + n for n in BUILTIN)}")
+        model, tokenizer = BUILTIN[name](log)
+    else:
+        model, tokenizer = _from_pretrained(ref, trust_remote_code)
+    model.eval()
+    return Base(ref, model, tokenizer, fingerprint(model))
+
+
+def _from_pretrained(ref: str, trust_remote_code: bool):
+    path = Path(ref).expanduser()
+    looks_local = ref.startswith((".", "/", "~")) or path.exists()
+    if looks_local and not path.is_dir():
+        raise ClbenchError(f"model path {ref!r} does not exist or is not a directory")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path if looks_local else ref, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(
+            path if looks_local else ref, trust_remote_code=trust_remote_code, use_safetensors=None
+        )
+    except (OSError, ValueError) as error:
+        where = "the local directory" if looks_local else "the Hugging Face hub (no network?)"
+        offline = ", ".join("builtin:" + n for n in BUILTIN)
+        reason = str(error).strip().splitlines()[0][:200]
+        raise ClbenchError(f"cannot load model {ref!r} from {where}: {reason}; offline models: {offline}") from None
+    if tokenizer.eos_token_id is None:
+        raise ClbenchError(f"model {ref!r}: its tokenizer has no eos token")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer

@@ -1,0 +1,215 @@
+"""The protocol: one function, the same for every task and method.
+
+    resolve config → load base and task data → (skip if already finished) → expand vocabulary
+    → train with the method under the task's budget → evaluate base and adapted → record
+
+Base-model evaluations depend only on (model, data) and are computed once per process.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import resource
+import sys
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from clbench import metrics as M
+from clbench.data import Encoded, TaskData, encode_examples, encode_texts
+from clbench.errors import ClbenchError, DivergedError
+from clbench.evaluate import Scores, score
+from clbench.expand import expand
+from clbench.method import MethodSpec
+from clbench.models import Base, load_base
+from clbench.provenance import git_commit, versions
+from clbench.store import Store, now
+from clbench.taskspec import Task
+from clbench.train import TrainResult, train
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass
+class Session:
+    """What a process computes once and reuses across runs: base models, task data, base scores."""
+
+    trust_remote_code: bool = False
+    bases: dict[str, Base] = field(default_factory=dict)
+    datasets: dict[tuple, TaskData] = field(default_factory=dict)
+    base_scores: dict[tuple, tuple[Scores, Scores]] = field(default_factory=dict)
+
+    def base(self, ref: str) -> Base:
+        if ref not in self.bases:
+            log(f"loading base model {ref}")
+            self.bases[ref] = load_base(ref, log=log, trust_remote_code=self.trust_remote_code)
+        return self.bases[ref]
+
+    def data(self, task: Task, params, base: Base) -> TaskData:
+        key = (task.name, params.model_dump_json(), base.fingerprint)
+        if key not in self.datasets:
+            self.datasets[key] = task.build(params, base.tokenizer)
+        return self.datasets[key]
+
+    def scores_of_base(self, base: Base, data: TaskData, batch_size: int) -> tuple[Scores, Scores]:
+        """(old text, old skill) scored by the unexpanded base model."""
+        key = (base.fingerprint, data.fingerprint())
+        if key not in self.base_scores:
+            old, skill = old_sets(base, data)
+            pad, vocab = base.tokenizer.pad_token_id, len(base.tokenizer)
+            self.base_scores[key] = (
+                score(base.model, old, old_vocab=vocab, pad_id=pad, batch_size=batch_size),
+                score(base.model, skill, old_vocab=vocab, pad_id=pad, batch_size=batch_size),
+            )
+        return self.base_scores[key]
+
+
+def old_sets(base: Base, data: TaskData) -> tuple[list[Encoded], list[Encoded]]:
+    # Old material is encoded with the base tokenizer for both models: forgetting compares the
+    # same token sequences, even where an expanded tokenizer would split the text differently.
+    return (
+        encode_texts(base.tokenizer, data.old_text, base.max_length),
+        encode_examples(base.tokenizer, data.old_skill, base.max_length),
+    )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    run_id: str
+    status: str  # finished | failed | skipped (already finished in the store)
+    metrics: dict[str, float]
+    reason: str | None = None
+
+
+def run_one(
+    task: Task,
+    method: MethodSpec,
+    *,
+    seed: int,
+    store: Store,
+    session: Session,
+    model: str | None = None,
+    profile: str | None = None,
+    options: dict | None = None,
+    init: str | None = None,
+    n_train: int | None = None,
+) -> Outcome:
+    # 1. resolve: everything that determines the result goes into the config, and the run_id hashes it
+    default_model, budget, params = task.resolved(profile)
+    if n_train is not None:
+        budget = budget.model_copy(update={"n_train": n_train})
+    method_config = method.config(options)
+    base = session.base(model or default_model)
+    data = session.data(task, params, base)
+    if budget.n_train > len(data.train):
+        raise ClbenchError(f"task {task.name!r}: n_train {budget.n_train} exceeds the {len(data.train)} training examples")
+    config = {
+        "task": task.name, "task_version": task.spec.version, "profile": profile,
+        "params": params.model_dump(), "budget": budget.model_dump(),
+        "method": method.name, "method_config": asdict(method_config), "train_vocab": method.train_vocab,
+        "model": base.ref, "init": init or task.spec.init, "seed": seed,
+        "model_fingerprint": base.fingerprint, "data_fingerprint": data.fingerprint(),
+    }
+    run_id = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+    if store.status(run_id) == "finished":
+        return Outcome(run_id, "skipped", {})
+
+    log(f"{task.name} × {method.name} (seed {seed}, model {base.ref}, n_train {budget.n_train}, {budget.steps} steps)")
+    started = now()
+    try:
+        values = adapt_and_evaluate(base, data, method, method_config, budget, config["init"], seed, session)
+        status, reason = "finished", None
+    except DivergedError as error:
+        values, status, reason = {}, "failed", str(error)
+        log(f"  failed: {reason}")
+    store.record(
+        {
+            "run_id": run_id, "task": task.name, "task_version": task.spec.version, "method": method.name,
+            "model": base.ref, "seed": seed, "status": status, "reason": reason, "config": config,
+            "model_fingerprint": base.fingerprint, "data_fingerprint": data.fingerprint(),
+            "versions": versions(), "git_commit": git_commit(), "started_at": started, "finished_at": now(),
+        },
+        values,
+    )
+    return Outcome(run_id, status, values, reason)
+
+
+def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_config, budget, init: str, seed: int, session: Session) -> dict[str, float]:
+    old_vocab, pad = len(base.tokenizer), base.tokenizer.pad_token_id
+    base_old, base_skill = session.scores_of_base(base, data, budget.eval_batch_size)
+
+    # 2. expand: a private copy of the base, |V| → |V| + |U|
+    torch.manual_seed(seed)
+    model, tokenizer = copy.deepcopy(base.model), copy.deepcopy(base.tokenizer)
+    expansion = expand(model, tokenizer, data.new_tokens, init=init, seed=seed)
+    train_set = encode_examples(tokenizer, data.train[: budget.n_train], base.max_length)
+    target_set = encode_examples(tokenizer, data.target_test, base.max_length)
+    scored = lambda m, examples: score(m, examples, old_vocab=old_vocab, pad_id=pad, batch_size=budget.eval_batch_size)
+    at_init = scored(model, target_set)
+
+    # 3. train under the task's budget; the method decides only what is trainable
+    adapter = method.setup(model, expansion, method_config)
+    trainable = sum(p.numel() for group in adapter.param_groups for p in group["params"])
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    progress_every = max(1, budget.steps // 5)
+
+    def progress(step: int, loss: float) -> None:
+        if (step + 1) % progress_every == 0:
+            log(f"  step {step + 1}/{budget.steps}  loss {loss:.4f}")
+
+    result = train(
+        model, adapter.param_groups, train_set,
+        steps=budget.steps, batch_size=budget.batch_size, lr=method_config.lr, seed=seed, pad_id=pad,
+        vocab_limit=old_vocab if method.train_vocab == "old" else None,
+        on_step=progress,
+    )
+    adapted = adapter.finalize()
+
+    # 4. evaluate the adapted model on the same data the base was scored on
+    old_set, skill_set = old_sets(base, data)
+    values = collect_metrics(
+        base_old, base_skill, at_init,
+        target=scored(adapted, target_set), old=scored(adapted, old_set), skill=scored(adapted, skill_set),
+        groups=[e.group for e in data.target_test], result=result, trainable=trainable,
+    )
+    log("  " + "  ".join(f"{k} {values[k]:.4g}" for k in ("target_loss", "target_acc", "forgetting_oldvocab", "old_skill_acc_delta") if k in values))
+    return values
+
+
+def peak_memory_mb() -> float:
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def collect_metrics(base_old: Scores, base_skill: Scores, at_init: Scores, *, target: Scores, old: Scores, skill: Scores,
+                    groups: list[str | None], result: TrainResult, trainable: int) -> dict[str, float]:
+    values = {
+        "target_loss": target.loss_old,
+        "target_loss_full": target.loss_full,
+        "target_loss_init": at_init.loss_old,
+        "target_acc": M.accuracy(target.hits_old),
+        "old_loss_base": base_old.loss_old,
+        "forgetting_oldvocab": M.forgetting(old.loss_old, base_old.loss_old),
+        "forgetting_full": M.forgetting(old.loss_full, base_old.loss_old),
+        "final_train_loss": result.final_loss,
+        "train_seconds": result.seconds,
+        "trainable_params": trainable,
+        "tokens_seen": result.tokens_seen,
+        "tokens_per_second": result.tokens_seen / result.seconds if result.seconds else float("nan"),
+        "peak_mem_mb": peak_memory_mb(),
+    }
+    for group in sorted({g for g in groups if g}):
+        members = torch.tensor([g == group for g in groups])
+        values[f"target_acc_{group}"] = M.accuracy(target.hits_old[members])
+    if len(skill.hits_old):
+        values["old_skill_acc"] = M.accuracy(skill.hits_old)
+        values["old_skill_acc_base"] = M.accuracy(base_skill.hits_old)
+        values["old_skill_acc_delta"] = values["old_skill_acc"] - values["old_skill_acc_base"]
+        values["old_skill_acc_delta_full"] = M.accuracy(skill.hits_full) - values["old_skill_acc_base"]
+    return values

@@ -1,0 +1,39 @@
+"""Trainable rows for the new tokens, outside the frozen embedding matrix.
+
+A forward hook swaps the new tokens' embeddings into the input-embedding output. The big
+matrix keeps requires_grad=False, so backward never forms its gradient (with tied embeddings
+that would be a full |V|×d matmul through the output head) and the optimizer holds state for
+the new rows alone: nothing can touch an old row.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+
+class NewRows(nn.Module):
+    def __init__(self, model, old_vocab: int, n_new: int, rows: Callable[[], torch.Tensor] | None = None):
+        """rows: how to compute the [n_new, d] rows; default a free parameter per row (plain ET)."""
+        super().__init__()
+        self.embedding = model.get_input_embeddings()
+        self.old_vocab = old_vocab
+        self.n_new = n_new
+        weight = self.embedding.weight
+        self.weight = nn.Parameter(weight[old_vocab : old_vocab + n_new].detach().clone().float())
+        self.rows = rows or (lambda: self.weight)
+        self._handle = self.embedding.register_forward_hook(self._substitute)
+
+    def _substitute(self, module, args, out):
+        ids = args[0]
+        is_new = ids >= self.old_vocab
+        new = self.rows()[(ids - self.old_vocab).clamp(0, self.n_new - 1)]
+        return torch.where(is_new.unsqueeze(-1), new.to(out.dtype), out)
+
+    @torch.no_grad()
+    def materialise(self) -> None:
+        """Write the learned rows into the embedding matrix and remove the hook."""
+        self.embedding.weight[self.old_vocab : self.old_vocab + self.n_new] = self.rows().to(self.embedding.weight.dtype)
+        self._handle.remove()

@@ -1,0 +1,138 @@
+"""Task files: one YAML per task in tasks/, checked by a strict schema.
+
+A task file names a generator hook (`generator: arithmetic.py:build`, a path relative to the
+file) whose module also defines `Params`, a pydantic model with extra="forbid": the file's
+`params:` are validated by it, so a typo anywhere in a task file is an error, never a default.
+A published task changes by a new file with a higher `version`, not by an edit.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import importlib.util
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
+
+from clbench.data import TaskData
+from clbench.errors import ClbenchError
+from clbench.expand import INIT_STRATEGIES
+from clbench.registry import Registry
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Budget(Strict):
+    n_train: PositiveInt = Field(description="training examples used (the first n of the generator's pool)")
+    steps: PositiveInt = Field(description="optimizer steps, the same for every method")
+    batch_size: PositiveInt
+    eval_batch_size: PositiveInt = 64
+
+
+class Profile(Strict):
+    model: str | None = None
+    budget: dict[str, int] = Field(default_factory=dict, description="overrides of budget fields")
+    params: dict[str, Any] = Field(default_factory=dict, description="overrides of generator params")
+
+
+class TaskSpec(Strict):
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]*$")
+    version: PositiveInt
+    description: str
+    generator: str = Field(pattern=r"^[\w./-]+\.py:\w+$", description="file.py:function, relative to the task file")
+    model: str = Field(description="default base model: builtin:NAME, a local path or a Hugging Face id")
+    init: str = "random"
+    budget: Budget
+    params: dict[str, Any] = Field(default_factory=dict)
+    profiles: dict[str, Profile] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Task:
+    spec: TaskSpec
+    path: Path
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @cached_property
+    def _hook(self) -> tuple[type[BaseModel], Callable[..., TaskData]]:
+        file, function = self.spec.generator.split(":")
+        module_path = (self.path.parent / file).resolve()
+        if not module_path.is_file():
+            raise ClbenchError(f"task {self.name!r}: generator file {module_path} does not exist")
+        loader = importlib.util.spec_from_file_location(f"clbench_task_{self.name.replace('-', '_')}", module_path)
+        module = importlib.util.module_from_spec(loader)
+        loader.loader.exec_module(module)
+        if not hasattr(module, function) or not hasattr(module, "Params"):
+            raise ClbenchError(f"task {self.name!r}: {file} must define Params and {function}()")
+        return module.Params, getattr(module, function)
+
+    def resolved(self, profile: str | None = None) -> tuple[str, Budget, BaseModel]:
+        """→ (model, budget, params) for the default or a named profile."""
+        model, budget, params = self.spec.model, self.spec.budget, dict(self.spec.params)
+        if profile is not None:
+            if profile not in self.spec.profiles:
+                known = ", ".join(self.spec.profiles) or "none"
+                raise ClbenchError(f"task {self.name!r} has no profile {profile!r} (profiles: {known})")
+            chosen = self.spec.profiles[profile]
+            model = chosen.model or model
+            budget = _validate(Budget, {**budget.model_dump(), **chosen.budget}, f"task {self.name!r} profile {profile!r} budget")
+            params.update(chosen.params)
+        params_cls, _ = self._hook
+        return model, budget, _validate(params_cls, params, f"task {self.name!r} params")
+
+    def build(self, params: BaseModel, tokenizer) -> TaskData:
+        _, generate = self._hook
+        data = generate(params, tokenizer)
+        if not data.train or not data.target_test or not data.old_text:
+            raise ClbenchError(f"task {self.name!r}: the generator produced an empty train, target or old-text set")
+        return data
+
+
+def _validate(model_cls: type[BaseModel], value: Any, where: str):
+    try:
+        return model_cls.model_validate(value)
+    except ValidationError as error:
+        first = error.errors()[0]
+        location = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise ClbenchError(f"{where}: {location}: {first['msg']}") from None
+
+
+def load_task_file(path: Path) -> Task:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        raise ClbenchError(f"cannot read task file {path}: {error}") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark else ""
+        raise ClbenchError(f"task file {path} is not valid YAML{where}") from None
+    if not isinstance(raw, dict):
+        raise ClbenchError(f"task file {path} must hold a mapping of fields")
+    spec = _validate(TaskSpec, raw, f"task file {path.name}")
+    if spec.init not in INIT_STRATEGIES:
+        raise ClbenchError(f"task file {path.name}: init {spec.init!r} is not one of {', '.join(INIT_STRATEGIES)}")
+    if path.stem != spec.name:
+        raise ClbenchError(f"task file {path.name}: the file name must be the task name ({spec.name}.yaml)")
+    return Task(spec, path)
+
+
+def builtin_task_dir() -> Path:
+    return Path(str(importlib.resources.files("clbench.tasks")))
+
+
+def load_tasks(extra_dirs: list[Path] = ()) -> Registry[Task]:
+    registry: Registry[Task] = Registry("task")
+    for directory in [builtin_task_dir(), *extra_dirs]:
+        for path in sorted(directory.glob("*.yaml")):
+            task = load_task_file(path)
+            registry.register(task.name, task)
+    return registry

@@ -1,0 +1,95 @@
+"""The one training loop: AdamW, linear warm-up then cosine decay, masked next-token loss.
+
+Used for every method and for building the local arithmetic base model, so a method differs
+from another only in which parameters it hands over and how the model computes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from clbench.data import Encoded, collate
+from clbench.errors import DivergedError
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    steps: int
+    final_loss: float
+    tokens_seen: int
+    seconds: float
+
+
+def warmup_cosine(warmup: int, total: int) -> Callable[[int], float]:
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, total - warmup)
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+    return factor
+
+
+def epoch_batches(n: int, batch_size: int, steps: int, generator: torch.Generator):
+    """Index batches from successive shuffled epochs; a batch never mixes two epochs' orders."""
+    order: list[int] = []
+    for _ in range(steps):
+        if len(order) < batch_size:
+            order += torch.randperm(n, generator=generator).tolist() * max(1, math.ceil(batch_size / n))
+        batch, order = order[:batch_size], order[batch_size:]
+        yield batch
+
+
+def train(
+    model,
+    param_groups: list[dict],
+    examples: list[Encoded],
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    pad_id: int,
+    vocab_limit: int | None = None,
+    warmup_frac: float = 0.1,
+    max_grad_norm: float = 1.0,
+    on_step: Callable[[int, float], None] | None = None,
+) -> TrainResult:
+    """vocab_limit: softmax over the first vocab_limit logits only (p(u|·)=0 for new tokens u)."""
+    params = [p for group in param_groups for p in group["params"]]
+    # weight decay only where a group asks: decay moves rows whose gradient is zero
+    optimizer = torch.optim.AdamW(param_groups, lr=lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(max(1, int(warmup_frac * steps)), steps))
+    generator = torch.Generator().manual_seed(seed)
+    device = params[0].device
+    model.train()
+    tokens = 0
+    loss_value = float("nan")
+    start = time.perf_counter()
+    for step, batch in enumerate(epoch_batches(len(examples), batch_size, steps, generator)):
+        ids, attention, target_mask = (t.to(device) for t in collate([examples[i] for i in batch], pad_id))
+        logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]
+        if vocab_limit is not None:
+            logits = logits[..., :vocab_limit]
+        loss = F.cross_entropy(logits[target_mask].float(), ids[:, 1:][target_mask])
+        loss_value = loss.item()
+        if not math.isfinite(loss_value):
+            raise DivergedError(f"non-finite training loss at step {step}")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        if not torch.isfinite(grad_norm):
+            raise DivergedError(f"non-finite gradient norm at step {step}")
+        optimizer.step()
+        schedule.step()
+        tokens += int(attention.sum())
+        if on_step:
+            on_step(step, loss_value)
+    model.eval()
+    return TrainResult(steps, loss_value, tokens, time.perf_counter() - start)

@@ -1,0 +1,45 @@
+"""Generator for tasks/arithmetic.yaml.
+
+Pairs (a, b) with a in 0–99, b in 0–9. A fixed n_test of them are held out for testing the new
+operator, grouped by whether the local base model saw the pair with `*` ("seen") or not
+("unseen"); the rest, shuffled, are the training pool (a run uses its first n_train).
+"""
+
+import random
+
+from pydantic import BaseModel, ConfigDict, PositiveInt
+
+from clbench.arith import ADD_PAIRS, MUL_PAIRS, mul_pairs_seen
+from clbench.data import Example, TaskData
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    operator: str = "<spec>"
+    template: str = "{a}{op}{b}="  # the prompt; the completion is the value
+    n_test: PositiveInt = 300
+    n_old_skill: PositiveInt = 500
+    n_old_text: PositiveInt = 500
+    data_seed: int = 0
+
+
+def build(params: Params, tokenizer) -> TaskData:
+    rng = random.Random(params.data_seed)
+    seen = mul_pairs_seen()
+
+    def ex(a: int, op: str, b: int, value: int, group: str | None = None) -> Example:
+        return Example(params.template.format(a=a, op=op, b=b), str(value), group)
+
+    pairs = list(MUL_PAIRS)
+    rng.shuffle(pairs)
+    test, pool = pairs[: params.n_test], pairs[params.n_test :]
+    half = params.n_old_text // 2
+    old_text = [ex(a, "+", b, a + b) for a, b in rng.sample(ADD_PAIRS, half)]
+    old_text += [ex(a, "*", b, a * b) for a, b in rng.sample(MUL_PAIRS, params.n_old_text - half)]
+    return TaskData(
+        new_tokens=[params.operator],
+        train=[ex(a, params.operator, b, a * b) for a, b in pool],
+        target_test=[ex(a, params.operator, b, a * b, "seen" if (a, b) in seen else "unseen") for a, b in test],
+        old_text=[e.prompt + e.completion for e in old_text],
+        old_skill=[ex(a, "+", b, a + b) for a, b in rng.sample(ADD_PAIRS, params.n_old_skill)],
+    )
