@@ -30,6 +30,9 @@ class TaskData:
     target_test: list[Example]  # held out, written with the new tokens
     old_text: list[str]  # old vocabulary only: forgetting is measured here
     old_skill: list[Example] = field(default_factory=list)  # probe of a skill the base had
+    # old-vocabulary text disjoint from old_text, for methods that rehearse old data (replay, EWC);
+    # never the evaluation text, or forgetting would be measured on what was rehearsed
+    replay_text: list[str] = field(default_factory=list)
 
     def fingerprint(self) -> str:
         blob = json.dumps(asdict(self), sort_keys=True, ensure_ascii=False).encode()

@@ -20,6 +20,7 @@ class Params(BaseModel):
     n_test: PositiveInt = 300
     n_old_skill: PositiveInt = 500
     n_old_text: PositiveInt = 500
+    n_replay: int = 1000
     data_seed: int = 0
 
 
@@ -36,10 +37,17 @@ def build(params: Params, tokenizer) -> TaskData:
     half = params.n_old_text // 2
     old_text = [ex(a, "+", b, a + b) for a, b in rng.sample(ADD_PAIRS, half)]
     old_text += [ex(a, "*", b, a * b) for a, b in rng.sample(MUL_PAIRS, params.n_old_text - half)]
+    old_skill = [ex(a, "+", b, a + b) for a, b in rng.sample(ADD_PAIRS, params.n_old_skill)]
+    # replay: expressions outside old_text and old_skill, so rehearsal never sees what is evaluated
+    evaluated = {e.prompt for e in old_text + old_skill}
+    replay = [ex(a, "+", b, a + b) for a, b in ADD_PAIRS] + [ex(a, "*", b, a * b) for a, b in MUL_PAIRS]
+    replay = [e for e in replay if e.prompt not in evaluated]
+    rng.shuffle(replay)
     return TaskData(
         new_tokens=[params.operator],
         train=[ex(a, params.operator, b, a * b) for a, b in pool],
         target_test=[ex(a, params.operator, b, a * b, "seen" if (a, b) in seen else "unseen") for a, b in test],
         old_text=[e.prompt + e.completion for e in old_text],
-        old_skill=[ex(a, "+", b, a + b) for a, b in rng.sample(ADD_PAIRS, params.n_old_skill)],
+        old_skill=old_skill,
+        replay_text=[e.prompt + e.completion for e in replay[: params.n_replay]],
     )
