@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import shutil
 import sys
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -23,6 +21,7 @@ import torch
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from clbench.cache import cache_root, publish
 from clbench.data import Example, encode_examples
 from clbench.train import train
 
@@ -109,10 +108,6 @@ def build(recipe: Recipe, log=print) -> tuple[LlamaForCausalLM, PreTrainedTokeni
     return model, tokenizer
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get("CLBENCH_CACHE", Path.home() / ".cache" / "clbench"))
-
-
 def load_or_build(recipe: Recipe = Recipe(), force: bool = False, log=None):
     """Load the cached base for this recipe, building it first if missing (~70 s on 2 cores)."""
     log = log or (lambda msg: print(msg, file=sys.stderr))
@@ -122,16 +117,14 @@ def load_or_build(recipe: Recipe = Recipe(), force: bool = False, log=None):
     if not (target / "recipe.json").exists():
         log(f"building the arithmetic base model (recipe {recipe.key()}); cached in {target}")
         model, tokenizer = build(recipe, log)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".building-"))
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        # recipe.json is written last: its presence means the rest is complete
-        (staging / "recipe.json").write_text(json.dumps(asdict(recipe), indent=1))
-        try:
-            staging.rename(target)
-        except OSError:  # another process finished the same build first
-            shutil.rmtree(staging, ignore_errors=True)
+
+        def write(staging: Path) -> None:
+            model.save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
+            # recipe.json is written last: its presence means the rest is complete
+            (staging / "recipe.json").write_text(json.dumps(asdict(recipe), indent=1))
+
+        publish(target, write)
     model = AutoModelForCausalLM.from_pretrained(target)
     tokenizer = AutoTokenizer.from_pretrained(target)
     return model, tokenizer

