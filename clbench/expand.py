@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from tokenizers import AddedToken
 
 from clbench.errors import ClbenchError
 
@@ -25,6 +26,11 @@ class Expansion:
     def new_vocab(self) -> int:
         return self.old_vocab + len(self.new_ids)
 
+    def part(self, start: int, count: int) -> "Expansion":
+        """The tokens new_ids[start : start + count] as an expansion of their own: a sequential
+        task's stage, for which every token added before it counts as old."""
+        return Expansion(self.new_ids[start], self.new_ids[start : start + count], self.tied)
+
 
 def check_new_tokens(tokenizer, new_tokens: list[str]) -> None:
     if len(set(new_tokens)) != len(new_tokens):
@@ -36,8 +42,12 @@ def check_new_tokens(tokenizer, new_tokens: list[str]) -> None:
         raise ClbenchError(f"new token(s) already in the base vocabulary: {clash[:5]}")
 
 
-def expand(model, tokenizer, new_tokens: list[str], *, init: str, seed: int) -> Expansion:
-    """Mutates model and tokenizer: |V| → |V| + |U|, new rows initialised by `init`."""
+def expand(model, tokenizer, new_tokens: list[str], *, init: str, seed: int, whole_words: bool = False) -> Expansion:
+    """Mutates model and tokenizer: |V| → |V| + |U|, new rows initialised by `init`.
+
+    whole_words: each new token matches only as a whole word, absorbing the whitespace before it
+    (a byte-level BPE marks a word's leading space inside its first token, so the new token
+    stands for " word" and its sub-word pieces are those of " word")."""
     if init not in INIT_STRATEGIES:
         raise ClbenchError(f"unknown init strategy {init!r}; known: {', '.join(INIT_STRATEGIES)}")
     check_new_tokens(tokenizer, new_tokens)
@@ -47,8 +57,12 @@ def expand(model, tokenizer, new_tokens: list[str], *, init: str, seed: int) -> 
     rows = model.get_input_embeddings().weight.shape[0]
     if old_vocab > rows:
         raise ClbenchError(f"tokenizer has {old_vocab} tokens but the model only {rows} embedding rows")
-    pieces = [tokenizer.encode(t, add_special_tokens=False) for t in new_tokens]
-    tokenizer.add_tokens(new_tokens)
+    if whole_words:
+        pieces = [tokenizer.encode(" " + t, add_special_tokens=False) for t in new_tokens]
+        tokenizer.add_tokens([AddedToken(t, single_word=True, lstrip=True, normalized=False) for t in new_tokens])
+    else:
+        pieces = [tokenizer.encode(t, add_special_tokens=False) for t in new_tokens]
+        tokenizer.add_tokens(new_tokens)
     new_ids = tokenizer.convert_tokens_to_ids(new_tokens)
     if new_ids != list(range(old_vocab, old_vocab + len(new_tokens))):
         raise ClbenchError(f"tokenizer gave the new tokens ids {new_ids[:5]}..., expected {old_vocab}...")

@@ -7,6 +7,8 @@ new token u is never emitted: p(u | ·) = 0); "full softmax" normalises over V �
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 # name → (higher_is_better, definition). The leaderboard and docs read this table.
@@ -28,6 +30,17 @@ METRICS: dict[str, tuple[bool, str]] = {
     "tokens_seen": (False, "non-padding tokens processed in training"),
     "tokens_per_second": (True, "tokens_seen / train_seconds"),
     "peak_mem_mb": (False, "peak memory: CUDA max allocated, or on CPU the process's resident high-water mark"),
+    "target_bpb": (False, "bits per UTF-8 byte of the held-out target completions: Σ NLL (full softmax, every completion position incl. eos) / ln 2 / bytes; compares across tokenizers"),
+    "target_bpb_base": (False, "target_bpb of the base model with the base tokenizer on the same text (meaningful where the base tokenizer covers the text, e.g. byte-level BPE)"),
+    # sequential tasks (clbench/cl_metrics.py): GEM's average, backward and forward transfer over the stage × task matrix
+    "avg_target_acc": (True, "mean over stages of target_acc after the last stage"),
+    "bwt_target_acc": (True, "GEM backward transfer of target_acc: mean over stages but the last of (after the last stage − right after its own)"),
+    "fwt_target_acc": (True, "GEM forward transfer of target_acc: mean over stages but the first of (before its own training − untrained)"),
+    "forgetting_target_acc": (False, "per stage (suffix): best target_acc after its own stage and before the last − after the last (Chaudhry et al. 2018)"),
+    "avg_target_loss": (False, "mean over stages of target_loss after the last stage"),
+    "bwt_target_loss": (True, "backward transfer of target_loss, negated so that positive = better"),
+    "fwt_target_loss": (True, "forward transfer of target_loss, negated so that positive = better"),
+    "forgetting_target_loss": (False, "per stage (suffix): target_loss after the last stage − best (lowest) before it"),
 }
 
 
@@ -65,3 +78,8 @@ def accuracy(hits: torch.Tensor) -> float:
 def forgetting(adapted: float, base: float) -> float:
     """adapted − base: positive means the adapted model is worse on old material."""
     return adapted - base
+
+
+def bits_per_byte(nll_sum: float, n_bytes: int) -> float:
+    """Σ NLL in nats / ln 2 / UTF-8 bytes of the scored text: independent of how it was tokenized."""
+    return nll_sum / math.log(2) / n_bytes if n_bytes else float("nan")

@@ -17,8 +17,9 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from clbench import cl_metrics
 from clbench import metrics as M
-from clbench.data import Encoded, TaskData, encode_examples, encode_texts
+from clbench.data import Encoded, Stage, TaskData, encode_examples, encode_texts
 from clbench.errors import ClbenchError, DivergedError
 from clbench.evaluate import Scores, score
 from clbench.expand import expand
@@ -42,6 +43,7 @@ class Session:
     bases: dict[str, Base] = field(default_factory=dict)
     datasets: dict[tuple, TaskData] = field(default_factory=dict)
     base_scores: dict[tuple, tuple[Scores, Scores]] = field(default_factory=dict)
+    base_target_scores: dict[tuple, Scores] = field(default_factory=dict)
 
     def base(self, ref: str) -> Base:
         if ref not in self.bases:
@@ -66,6 +68,15 @@ class Session:
                 score(base.model, skill, old_vocab=vocab, pad_id=pad, batch_size=batch_size),
             )
         return self.base_scores[key]
+
+    def target_of_base(self, base: Base, data: TaskData, batch_size: int) -> Scores:
+        """The target set scored by the unexpanded base with its own tokenizer (for target_bpb_base)."""
+        key = (base.fingerprint, data.fingerprint())
+        if key not in self.base_target_scores:
+            encoded = encode_examples(base.tokenizer, data.target_test, base.max_length)
+            vocab = len(base.tokenizer)
+            self.base_target_scores[key] = score(base.model, encoded, old_vocab=vocab, pad_id=base.tokenizer.pad_token_id, batch_size=batch_size)
+        return self.base_target_scores[key]
 
 
 def old_sets(base: Base, data: TaskData) -> tuple[list[Encoded], list[Encoded]]:
@@ -120,11 +131,12 @@ def run_one(
 
     log(f"{task.name} × {method.name} (seed {seed}, model {base.ref}, n_train {budget.n_train}, {budget.steps} steps)")
     started = now()
+    matrix: list[tuple] = []
     try:
-        values = adapt_and_evaluate(base, data, method, method_config, budget, config["init"], seed, session)
+        values = adapt_and_evaluate(base, data, method, method_config, budget, config["init"], seed, session, matrix)
         status, reason = "finished", None
     except DivergedError as error:
-        values, status, reason = {}, "failed", str(error)
+        values, matrix, status, reason = {}, [], "failed", str(error)
         log(f"  failed: {reason}")
     store.record(
         {
@@ -134,50 +146,93 @@ def run_one(
             "versions": versions(), "git_commit": git_commit(), "started_at": started, "finished_at": now(),
         },
         values,
+        stage_matrix=matrix,
     )
     return Outcome(run_id, status, values, reason)
 
 
-def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_config, budget, init: str, seed: int, session: Session) -> dict[str, float]:
+def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_config, budget, init: str, seed: int,
+                       session: Session, matrix: list[tuple]) -> dict[str, float]:
+    """→ the run's metrics; a sequential task's stage × task matrix is appended to `matrix`."""
     old_vocab, pad = len(base.tokenizer), base.tokenizer.pad_token_id
     base_old, base_skill = session.scores_of_base(base, data, budget.eval_batch_size)
+    base_target = session.target_of_base(base, data, budget.eval_batch_size)
 
-    # 2. expand: a private copy of the base, |V| → |V| + |U|
+    # 2. expand: a private copy of the base, |V| → |V| + |U| (a sequential task adds every
+    #    stage's tokens here, each stage's rows staying at their initialisation until its stage)
     torch.manual_seed(seed)
     model, tokenizer = copy.deepcopy(base.model), copy.deepcopy(base.tokenizer)
-    expansion = expand(model, tokenizer, data.new_tokens, init=init, seed=seed)
-    train_set = encode_examples(tokenizer, data.train[: budget.n_train], base.max_length)
+    expansion = expand(model, tokenizer, data.new_tokens, init=init, seed=seed, whole_words=data.whole_word_tokens)
     target_set = encode_examples(tokenizer, data.target_test, base.max_length)
+    old_set, skill_set = old_sets(base, data)
     scored = lambda m, examples: score(m, examples, old_vocab=old_vocab, pad_id=pad, batch_size=budget.eval_batch_size)
     at_init = scored(model, target_set)
+    stages = data.stages or [Stage("", data.new_tokens, data.train, data.target_test)]
+    if data.stages:
+        matrix += stage_row(0, model, stages, tokenizer, base.max_length, old_set, scored)
 
-    # 3. train under the task's budget; the method decides only what is trainable
-    adapter = method.setup(model, expansion, method_config)
-    trainable = sum(p.numel() for group in adapter.param_groups for p in group["params"])
+    # 3. train under the task's budget, stage after stage; the method decides only what is trainable
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
-    progress_every = max(1, budget.steps // 5)
+    results, trainable, first_new = [], 0, 0
+    for number, stage in enumerate(stages, 1):
+        if budget.n_train > len(stage.train):
+            raise ClbenchError(f"stage {stage.name!r}: n_train {budget.n_train} exceeds its {len(stage.train)} training examples")
+        adapter = method.setup(model, expansion.part(first_new, len(stage.new_tokens)), method_config)
+        first_new += len(stage.new_tokens)
+        trainable = max(trainable, sum(p.numel() for group in adapter.param_groups for p in group["params"]))
+        progress_every = max(1, budget.steps // 5)
 
-    def progress(step: int, loss: float) -> None:
-        if (step + 1) % progress_every == 0:
-            log(f"  step {step + 1}/{budget.steps}  loss {loss:.4f}")
+        def progress(step: int, loss: float) -> None:
+            if (step + 1) % progress_every == 0:
+                log(f"  {stage.name + ' ' if data.stages else ''}step {step + 1}/{budget.steps}  loss {loss:.4f}")
 
-    result = train(
-        model, adapter.param_groups, train_set,
-        steps=budget.steps, batch_size=budget.batch_size, lr=method_config.lr, seed=seed, pad_id=pad,
-        vocab_limit=old_vocab if method.train_vocab == "old" else None,
-        on_step=progress,
-    )
-    adapted = adapter.finalize()
+        results.append(train(
+            model, adapter.param_groups, encode_examples(tokenizer, stage.train[: budget.n_train], base.max_length),
+            steps=budget.steps, batch_size=budget.batch_size, lr=method_config.lr, seed=seed, pad_id=pad,
+            vocab_limit=old_vocab if method.train_vocab == "old" else None,
+            on_step=progress,
+        ))
+        model = adapter.finalize()
+        if data.stages:
+            matrix += stage_row(number, model, stages, tokenizer, base.max_length, old_set, scored)
 
     # 4. evaluate the adapted model on the same data the base was scored on
-    old_set, skill_set = old_sets(base, data)
+    target = scored(model, target_set)
+    result = TrainResult(sum(r.steps for r in results), results[-1].final_loss,
+                         sum(r.tokens_seen for r in results), sum(r.seconds for r in results))
     values = collect_metrics(
         base_old, base_skill, at_init,
-        target=scored(adapted, target_set), old=scored(adapted, old_set), skill=scored(adapted, skill_set),
+        target=target, old=scored(model, old_set), skill=scored(model, skill_set),
         groups=[e.group for e in data.target_test], result=result, trainable=trainable,
+        base_target=base_target, target_bytes=sum(len(e.completion.encode()) for e in data.target_test),
     )
+    if data.stages:
+        values.update(stage_metrics(matrix, [s.name for s in stages]))
     log("  " + "  ".join(f"{k} {values[k]:.4g}" for k in ("target_loss", "target_acc", "forgetting_oldvocab", "old_skill_acc_delta") if k in values))
+    return values
+
+
+STAGE_METRICS = ("target_loss", "target_acc")
+
+
+def stage_row(after: int, model, stages: list[Stage], tokenizer, max_length: int, old_set: list[Encoded], scored) -> list[tuple]:
+    """(after_stage, eval_stage, metric, value) for the old text (eval_stage 0) and every stage's target set."""
+    old = scored(model, old_set)
+    rows = [(after, 0, "loss_oldvocab", old.loss_old), (after, 0, "loss_full", old.loss_full)]
+    for number, stage in enumerate(stages, 1):
+        target = scored(model, encode_examples(tokenizer, stage.target_test, max_length))
+        rows += [(after, number, "target_loss", target.loss_old), (after, number, "target_acc", M.accuracy(target.hits_old)),
+                 (after, number, "target_loss_full", target.loss_full)]
+    return rows
+
+
+def stage_metrics(matrix: list[tuple], names: list[str]) -> dict[str, float]:
+    values = {}
+    for metric in STAGE_METRICS:
+        cell = {(a, e): v for a, e, m, v in matrix if m == metric}
+        R = [[cell[a, e] for e in range(1, len(names) + 1)] for a in range(len(names) + 1)]
+        values.update(cl_metrics.summarize(R, metric, M.higher_is_better(metric), names))
     return values
 
 
@@ -188,7 +243,8 @@ def peak_memory_mb() -> float:
 
 
 def collect_metrics(base_old: Scores, base_skill: Scores, at_init: Scores, *, target: Scores, old: Scores, skill: Scores,
-                    groups: list[str | None], result: TrainResult, trainable: int) -> dict[str, float]:
+                    groups: list[str | None], result: TrainResult, trainable: int,
+                    base_target: Scores | None = None, target_bytes: int = 0) -> dict[str, float]:
     values = {
         "target_loss": target.loss_old,
         "target_loss_full": target.loss_full,
@@ -204,6 +260,10 @@ def collect_metrics(base_old: Scores, base_skill: Scores, at_init: Scores, *, ta
         "tokens_per_second": result.tokens_seen / result.seconds if result.seconds else float("nan"),
         "peak_mem_mb": peak_memory_mb(),
     }
+    if target_bytes:
+        values["target_bpb"] = M.bits_per_byte(target.nll_full, target_bytes)
+        if base_target is not None:
+            values["target_bpb_base"] = M.bits_per_byte(base_target.nll_full, target_bytes)
     for group in sorted({g for g in groups if g}):
         members = torch.tensor([g == group for g in groups])
         values[f"target_acc_{group}"] = M.accuracy(target.hits_old[members])

@@ -28,7 +28,8 @@ class NewRows(nn.Module):
 
     def _substitute(self, module, args, out):
         ids = args[0]
-        is_new = ids >= self.old_vocab
+        # ids past these rows (a later stage's tokens) keep their own embedding
+        is_new = (ids >= self.old_vocab) & (ids < self.old_vocab + self.n_new)
         new = self.rows()[(ids - self.old_vocab).clamp(0, self.n_new - 1)]
         return torch.where(is_new.unsqueeze(-1), new.to(out.dtype), out)
 

@@ -43,6 +43,16 @@ CREATE TABLE IF NOT EXISTS metrics (
     value DOUBLE,
     PRIMARY KEY (run_id, metric)
 );
+-- sequential tasks: the value of `metric` on stage eval_stage (0 = old text) after training
+-- stages 1..after_stage (0 = before any training)
+CREATE TABLE IF NOT EXISTS stage_matrix (
+    run_id VARCHAR NOT NULL,
+    after_stage INTEGER NOT NULL,
+    eval_stage INTEGER NOT NULL,
+    metric VARCHAR NOT NULL,
+    value DOUBLE,
+    PRIMARY KEY (run_id, after_stage, eval_stage, metric)
+);
 CREATE OR REPLACE VIEW results AS
     SELECT r.run_id, r.task, r.method, r.model, r.seed, m.metric, m.value, r.status
     FROM runs r LEFT JOIN metrics m USING (run_id);
@@ -89,13 +99,14 @@ class Store:
             row = db.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()
         return row[0] if row else None
 
-    def record(self, run: dict, metrics: dict[str, float]) -> None:
-        """Insert or replace one run and its metrics atomically."""
+    def record(self, run: dict, metrics: dict[str, float], stage_matrix: list[tuple] = ()) -> None:
+        """Insert or replace one run, its metrics and its stage matrix atomically."""
         row = dict(run, config=json.dumps(run["config"], sort_keys=True), versions=json.dumps(run["versions"]))
         columns = list(row)
         with self._connect() as db:
             db.execute("BEGIN TRANSACTION")
             db.execute("DELETE FROM metrics WHERE run_id = ?", [run["run_id"]])
+            db.execute("DELETE FROM stage_matrix WHERE run_id = ?", [run["run_id"]])
             db.execute("DELETE FROM runs WHERE run_id = ?", [run["run_id"]])
             db.execute(
                 f"INSERT INTO runs ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
@@ -105,6 +116,8 @@ class Store:
                 db.executemany(
                     "INSERT INTO metrics VALUES (?, ?, ?)", [(run["run_id"], k, float(v)) for k, v in sorted(metrics.items())]
                 )
+            if stage_matrix:
+                db.executemany("INSERT INTO stage_matrix VALUES (?, ?, ?, ?, ?)", [(run["run_id"], *row) for row in stage_matrix])
             db.execute("COMMIT")
 
     def query(self, sql: str, params: list | None = None) -> pd.DataFrame:

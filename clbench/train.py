@@ -77,6 +77,8 @@ def train(
         logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]
         if vocab_limit is not None:
             logits = logits[..., :vocab_limit]
+            # a new token as target has probability 0 under this softmax: not scored (as in evaluate)
+            target_mask = target_mask & (ids[:, 1:] < vocab_limit)
         loss = F.cross_entropy(logits[target_mask].float(), ids[:, 1:][target_mask])
         loss_value = loss.item()
         if not math.isfinite(loss_value):
