@@ -61,14 +61,20 @@ def sentences(doc: str) -> list[str]:
 
 
 def chunks(doc: str, max_chars: int) -> list[str]:
-    """Consecutive sentences joined while they fit in max_chars (a longer sentence stands alone)."""
+    """Runs of whole words of at most max_chars (a single longer word stands alone), ending at
+    the first sentence end past half of max_chars, or where the next word would not fit."""
     out, current = [], ""
-    for sentence in sentences(doc):
-        if current and len(current) + 1 + len(sentence) > max_chars:
+    for word in (w for sentence in sentences(doc) for w in sentence.split() + [None]):
+        if word is None:  # a sentence ended: the chunk may end here
+            if len(current) > max_chars // 2:
+                out.append(current)
+                current = ""
+            continue
+        if current and len(current) + 1 + len(word) > max_chars:
             out.append(current)
-            current = sentence
+            current = word
         else:
-            current = f"{current} {sentence}" if current else sentence
+            current = f"{current} {word}" if current else word
     return out + [current] if current else out
 
 

@@ -77,8 +77,11 @@ def test_split_is_by_document_deterministic_and_disjoint():
     assert 0 < len(test) < len(ENGLISH) / 2
 
 
-def test_chunks_keep_whole_sentences():
-    assert corpora.chunks("One two. Three four five! Six? Seven eight.", 20) == ["One two.", "Three four five!", "Six? Seven eight."]
+def test_chunks_are_whole_words_ending_at_sentence_ends_where_they_can():
+    text = "One two. Three four five! Six? Seven eight."
+    assert corpora.chunks(text, 20) == ["One two. Three four", "five! Six? Seven", "eight."]
+    assert corpora.chunks(text, 10) == ["One two.", "Three four", "five! Six?", "Seven", "eight."]
+    assert corpora.chunks("Supercalifragilistic word.", 10) == ["Supercalifragilistic", "word."]
 
 
 @pytest.mark.parametrize("source, message", [
