@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import random
 import re
 from functools import cache
 from pathlib import Path
@@ -141,3 +142,11 @@ def _hub(source: str, spec: str, limit: int | None) -> list[str]:
         reason = str(error).strip().splitlines()[0][:160] if str(error).strip() else type(error).__name__
         raise ClbenchError(f"cannot read corpus {source!r} ({'local files' if local else 'Hugging Face hub, ' + hub.ENDPOINT}): {reason}; {OFFLINE_HINT}") from None
     return docs
+
+
+def leads(docs: list[str], n: int, max_chars: int, rng: random.Random, avoid: list[str] = ()) -> list[str]:
+    """The opening chunk of n documents drawn at random, skipping any that contains a word of
+    `avoid` as a whole word: old text that shows none of a task's new words."""
+    avoided = re.compile(r"\b(?:" + "|".join(map(re.escape, avoid)) + r")\b") if avoid else None
+    openings = [c for c in (chunks(d, max_chars)[0] for d in docs) if not (avoided and avoided.search(c))]
+    return rng.sample(openings, min(n, len(openings)))

@@ -115,13 +115,12 @@ def build(params: Params, tokenizer) -> TaskData:
     target = examples(occurrences(sentences(test_docs), dictionary), dictionary, params, rng)[: params.n_target]
 
     old_eval, old_replay = corpora.split(old_docs, 0.5, salt="pseudowords-old")
-    old_text = lambda ds, n: [corpora.chunks(d, params.old_text_chars)[0] for d in rng.sample(ds, min(n, len(ds)))]
     return TaskData(
         new_tokens=pseudo,
         train=train,
         target_test=target,
-        old_text=old_text(old_eval, params.n_old_text),
-        replay_text=old_text(old_replay, params.n_replay),
+        old_text=corpora.leads(old_eval, params.n_old_text, params.old_text_chars, rng),
+        replay_text=corpora.leads(old_replay, params.n_replay, params.old_text_chars, rng),
         whole_word_tokens=True,
         meaning=meaning,
     )

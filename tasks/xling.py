@@ -65,13 +65,14 @@ def build(params: Params, tokenizer) -> TaskData:
     train_text, test_text = chunks(train_docs), chunks(test_docs)
     rng.shuffle(train_text)
     rng.shuffle(test_text)
+    new = new_words(train_text, tokenizer, params.k, params.bpe_vocab_size)
+    # English text can hold a new word ("de" in "Charles de Gaulle"): such passages are left out
     old_eval, old_replay = corpora.split(corpora.documents(params.old_corpus, params.corpus_documents), 0.5, salt="xling-old")
-    old_text = lambda ds, n: [corpora.chunks(d, params.old_text_chars)[0] for d in rng.sample(ds, min(n, len(ds)))]
     return TaskData(
-        new_tokens=new_words(train_text, tokenizer, params.k, params.bpe_vocab_size),
+        new_tokens=new,
         train=[Example("", t) for t in train_text],
         target_test=[Example("", t) for t in test_text[: params.n_target]],
-        old_text=old_text(old_eval, params.n_old_text),
-        replay_text=old_text(old_replay, params.n_replay),
+        old_text=corpora.leads(old_eval, params.n_old_text, params.old_text_chars, rng, avoid=new),
+        replay_text=corpora.leads(old_replay, params.n_replay, params.old_text_chars, rng, avoid=new),
         whole_word_tokens=True,
     )
