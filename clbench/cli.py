@@ -89,6 +89,7 @@ def build_parser() -> Parser:
 
 
 def cmd_run(args) -> int:
+    from clbench.expand import INIT_STRATEGIES
     from clbench.method import methods
     from clbench.protocol import Session, run_one
     from clbench.store import Store
@@ -97,6 +98,8 @@ def cmd_run(args) -> int:
     tasks, registry = load_tasks(args.task_dir), methods()
     task_names, method_names = tasks.resolve(args.task), registry.resolve(args.method)
     seeds, options = parse_seeds(args.seeds), parse_options(args.set)
+    if args.init is not None and args.init not in INIT_STRATEGIES:
+        raise ClbenchError(f"unknown init strategy {args.init!r}; known: {', '.join(INIT_STRATEGIES)}")
     if options and len(method_names) > 1:
         raise ClbenchError("--set applies to one method; name a single --method with it")
     for name in method_names:

@@ -21,7 +21,7 @@ from clbench import metrics as M
 from clbench.data import Encoded, TaskData, encode_examples, encode_texts
 from clbench.errors import ClbenchError, DivergedError
 from clbench.evaluate import Scores, score
-from clbench.expand import expand
+from clbench.expand import INIT_STRATEGIES, expand
 from clbench.method import MethodSpec
 from clbench.models import Base, load_base
 from clbench.provenance import git_commit, versions
@@ -101,7 +101,12 @@ def run_one(
     # 1. resolve: everything that determines the result goes into the config, and the run_id hashes it
     default_model, budget, params = task.resolved(profile)
     if n_train is not None:
+        if n_train < 1:
+            raise ClbenchError(f"n_train must be a positive integer, got {n_train}")
         budget = budget.model_copy(update={"n_train": n_train})
+    init = init or task.spec.init
+    if init not in INIT_STRATEGIES:
+        raise ClbenchError(f"unknown init strategy {init!r}; known: {', '.join(INIT_STRATEGIES)}")
     method_config = method.config(options)
     base = session.base(model or default_model)
     data = session.data(task, params, base)
@@ -111,7 +116,7 @@ def run_one(
         "task": task.name, "task_version": task.spec.version, "profile": profile,
         "params": params.model_dump(), "budget": budget.model_dump(),
         "method": method.name, "method_config": asdict(method_config), "train_vocab": method.train_vocab,
-        "model": base.ref, "init": init or task.spec.init, "seed": seed,
+        "model": base.ref, "init": init, "seed": seed,
         "model_fingerprint": base.fingerprint, "data_fingerprint": data.fingerprint(),
     }
     run_id = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
@@ -121,7 +126,7 @@ def run_one(
     log(f"{task.name} × {method.name} (seed {seed}, model {base.ref}, n_train {budget.n_train}, {budget.steps} steps)")
     started = now()
     try:
-        values = adapt_and_evaluate(base, data, method, method_config, budget, config["init"], seed, session)
+        values = adapt_and_evaluate(base, data, method, method_config, budget, init, seed, session)
         status, reason = "finished", None
     except DivergedError as error:
         values, status, reason = {}, "failed", str(error)
