@@ -153,6 +153,8 @@ def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_co
 
     # 3. train under the task's budget; the method decides only what is trainable
     adapter = method.setup(model, expansion, method_config)
+    if hasattr(adapter, "training_examples"):  # optional hook (clbench/method.py): rehearsal of old text
+        train_set = adapter.training_examples(train_set, encode_texts(tokenizer, data.replay_text, base.max_length))
     trainable = sum(p.numel() for group in adapter.param_groups for p in group["params"])
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
