@@ -30,8 +30,8 @@ def rows_file(run_id: str) -> Path:
 def save_new_rows(path: Path, model, old_vocab: int, tokens: list[str]) -> None:
     new = slice(old_vocab, old_vocab + len(tokens))
     rows = {
-        "input": model.get_input_embeddings().weight[new].detach().float().cpu().contiguous(),
-        "output": model.get_output_embeddings().weight[new].detach().float().cpu().contiguous(),
+        "input": model.get_input_embeddings().weight[new].detach().float().cpu().clone(),
+        "output": model.get_output_embeddings().weight[new].detach().float().cpu().clone(),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_suffix(".tmp")
