@@ -18,7 +18,7 @@ LLAMA_PROJECTIONS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
 
 @dataclass(frozen=True)
 class LoRAConfig:
-    lr: float = field(default=1e-3, metadata={"help": "AdamW learning rate for adapters and new rows"})
+    lr: float = field(default=3e-3, metadata={"help": "AdamW learning rate for adapters and new rows"})
     rank: int = field(default=8, metadata={"help": "LoRA rank r"})
     alpha: float = field(default=16.0, metadata={"help": "LoRA alpha (the update is scaled by alpha / rank)"})
     targets: str = field(default=LLAMA_PROJECTIONS, metadata={"help": "comma-separated module names that get adapters"})

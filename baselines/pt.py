@@ -23,8 +23,10 @@ from clbench.rows import NewRows
 
 @dataclass(frozen=True)
 class PTConfig:
-    lr: float = field(default=3e-2, metadata={"help": "AdamW learning rate for the soft prompt and the new rows"})
-    virtual_tokens: int = field(default=8, metadata={"help": "length k of the soft prompt (initialised from sampled vocabulary rows)"})
+    lr: float = field(default=3e-1, metadata={"help": "AdamW learning rate for the soft prompt and the new rows"})
+    # 1 by default: the local arithmetic base only ever saw ~12 positions, and 8 virtual tokens
+    # pushed the real ones past them (target_acc 0.13 vs 0.84 with 1, seed 0)
+    virtual_tokens: int = field(default=1, metadata={"help": "length k of the soft prompt (initialised from sampled vocabulary rows)"})
 
     def __post_init__(self):
         if self.virtual_tokens < 1:
