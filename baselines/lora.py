@@ -1,6 +1,6 @@
 """LoRA (peft) with the new tokens' rows trainable.
 
-Low-rank adapters on the attention and MLP projections cannot by themselves give a new token a
+Low-rank adapters on the linear layers cannot by themselves give a new token a
 meaning: its embedding row would stay at its initialisation. peft's `trainable_token_indices`
 makes exactly the new rows trainable (the input rows, and for an untied head its rows too;
 a tied head shares the input delta). finalize() merges everything into the base weights, so the
@@ -13,15 +13,13 @@ from peft import LoraConfig, get_peft_model
 
 from clbench.method import register_method
 
-LLAMA_PROJECTIONS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
-
 
 @dataclass(frozen=True)
 class LoRAConfig:
     lr: float = field(default=3e-3, metadata={"help": "AdamW learning rate for adapters and new rows"})
     rank: int = field(default=8, metadata={"help": "LoRA rank r"})
     alpha: float = field(default=16.0, metadata={"help": "LoRA alpha (the update is scaled by alpha / rank)"})
-    targets: str = field(default=LLAMA_PROJECTIONS, metadata={"help": "comma-separated module names that get adapters"})
+    targets: str = field(default="all-linear", metadata={"help": "modules that get adapters: 'all-linear' (peft: every linear layer but the output head) or comma-separated names"})
 
     def __post_init__(self):
         if self.rank < 1:
@@ -35,7 +33,7 @@ class LoRA:
         tokens = new if expansion.tied else dict.fromkeys(names, new)
         peft_config = LoraConfig(
             r=config.rank, lora_alpha=config.alpha, lora_dropout=0.0,
-            target_modules=[t.strip() for t in config.targets.split(",") if t.strip()],
+            target_modules=config.targets if config.targets == "all-linear" else [t.strip() for t in config.targets.split(",") if t.strip()],
             trainable_token_indices=tokens,
         )
         # peft injects adapters into `model` in place: the protocol's training loop calls it as is

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from clbench.arith import cache_root
@@ -40,8 +41,6 @@ def save_new_rows(path: Path, model, old_vocab: int, tokens: list[str]) -> None:
 
 
 def load_new_rows(path: Path) -> tuple[list[str], dict[str, torch.Tensor]]:
-    from safetensors import safe_open
-
     with safe_open(str(path), "pt") as handle:
         tokens = json.loads(handle.metadata()["tokens"])
     return tokens, load_file(path)
