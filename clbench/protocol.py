@@ -22,6 +22,7 @@ from clbench.data import Encoded, TaskData, encode_examples, encode_texts
 from clbench.errors import ClbenchError, DivergedError
 from clbench.evaluate import Scores, score
 from clbench.expand import INIT_STRATEGIES, expand
+from clbench.explain import rows_file, save_new_rows
 from clbench.method import MethodSpec
 from clbench.models import Base, load_base
 from clbench.provenance import git_commit, versions
@@ -126,7 +127,8 @@ def run_one(
     log(f"{task.name} × {method.name} (seed {seed}, model {base.ref}, n_train {budget.n_train}, {budget.steps} steps)")
     started = now()
     try:
-        values = adapt_and_evaluate(base, data, method, method_config, budget, init, seed, session)
+        values = adapt_and_evaluate(base, data, method, method_config, budget, init, seed, session,
+                                    rows_path=rows_file(run_id))
         status, reason = "finished", None
     except DivergedError as error:
         values, status, reason = {}, "failed", str(error)
@@ -143,7 +145,8 @@ def run_one(
     return Outcome(run_id, status, values, reason)
 
 
-def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_config, budget, init: str, seed: int, session: Session) -> dict[str, float]:
+def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_config, budget, init: str, seed: int, session: Session,
+                       rows_path=None) -> dict[str, float]:
     old_vocab, pad = len(base.tokenizer), base.tokenizer.pad_token_id
     base_old, base_skill = session.scores_of_base(base, data, budget.eval_batch_size)
 
@@ -158,6 +161,8 @@ def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_co
 
     # 3. train under the task's budget; the method decides only what is trainable
     adapter = method.setup(model, expansion, method_config)
+    if hasattr(adapter, "training_examples"):  # optional hook (clbench/method.py): rehearsal of old text
+        train_set = adapter.training_examples(train_set, encode_texts(tokenizer, data.replay_text, base.max_length))
     trainable = sum(p.numel() for group in adapter.param_groups for p in group["params"])
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
@@ -174,6 +179,8 @@ def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_co
         on_step=progress,
     )
     adapted = adapter.finalize()
+    if rows_path is not None:  # the learned new rows, for `clbench explain`
+        save_new_rows(rows_path, adapted, old_vocab, data.new_tokens)
 
     # 4. evaluate the adapted model on the same data the base was scored on
     old_set, skill_set = old_sets(base, data)

@@ -137,7 +137,7 @@ def test_et_old_scores_identical_right_after_expansion(tiny):
     [
         (["<x>", "<y>", "<x>"], "random", "duplicate new tokens: ['<x>']"),
         (["<x>", "+"], "random", "new token(s) already in the base vocabulary: ['+']"),
-        (["<x>"], "zeros", "unknown init strategy 'zeros'; known: random, mean, subword-mean"),
+        (["<x>"], "zeros", "unknown init strategy 'zeros'; known: random, mean, subword-mean, omp"),
     ],
 )
 def test_expand_errors_leave_model_and_tokenizer_alone(tiny, new_tokens, init, message):
