@@ -83,12 +83,29 @@ def build_parser() -> Parser:
     results.add_argument("--db", **db)
     results.add_argument("--task", help="only this task")
 
+    sweep = commands.add_parser("sweep", help="sample-efficiency curve: run methods × n_train × seeds; only what is missing")
+    sweep.add_argument("--task", required=True, help="one task name")
+    sweep.add_argument("--method", required=True, help="method names, comma-separated, or 'all'")
+    sweep.add_argument("--n", required=True, help="comma-separated numbers of training examples, e.g. 10,50,200")
+    sweep.add_argument("--seeds", default="0", help="comma-separated seeds (default: 0)")
+    sweep.add_argument("--model", help="base model (default: the task's)")
+    sweep.add_argument("--profile", help="a task profile")
+    sweep.add_argument("--init", help="initialisation of the new rows (default: the task's)")
+    sweep.add_argument("--db", **db)
+    sweep.add_argument("--task-dir", **task_dir)
+
+    explain = commands.add_parser("explain", help="nearest old tokens and sparse decomposition of a run's learned new rows")
+    explain.add_argument("run_id", help="a finished run's id (or a unique prefix)")
+    explain.add_argument("-s", type=positive_int, default=4, help="old tokens in the sparse decomposition (default: 4)")
+    explain.add_argument("--db", **db)
+
     base = commands.add_parser("build-base", help="build (or rebuild with --force) the local arithmetic base model")
     base.add_argument("--force", action="store_true")
     return parser
 
 
 def cmd_run(args) -> int:
+    from clbench.expand import INIT_STRATEGIES
     from clbench.method import methods
     from clbench.protocol import Session, run_one
     from clbench.store import Store
@@ -97,6 +114,8 @@ def cmd_run(args) -> int:
     tasks, registry = load_tasks(args.task_dir), methods()
     task_names, method_names = tasks.resolve(args.task), registry.resolve(args.method)
     seeds, options = parse_seeds(args.seeds), parse_options(args.set)
+    if args.init is not None and args.init not in INIT_STRATEGIES:
+        raise ClbenchError(f"unknown init strategy {args.init!r}; known: {', '.join(INIT_STRATEGIES)}")
     if options and len(method_names) > 1:
         raise ClbenchError("--set applies to one method; name a single --method with it")
     for name in method_names:
@@ -184,7 +203,49 @@ def cmd_build_base(args) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "ls": cmd_ls, "validate": cmd_validate, "results": cmd_results, "build-base": cmd_build_base}
+def cmd_sweep(args) -> int:
+    from clbench.method import methods
+    from clbench.protocol import Session
+    from clbench.store import Store
+    from clbench.sweep import curve, sweep
+    from clbench.taskspec import load_tasks
+
+    task, registry = load_tasks(args.task_dir).get(args.task), methods()
+    chosen = [registry.get(name) for name in registry.resolve(args.method)]
+    ns, seeds = parse_counts(args.n), parse_seeds(args.seeds)
+    store = Store(args.db)
+    outcomes = sweep(task, chosen, ns, seeds, store=store, session=Session(),
+                     model=args.model, profile=args.profile, init=args.init)
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("finished", "skipped", "failed")}
+    print(f"{len(outcomes)} runs: {counts['finished']} finished, {counts['skipped']} already in {args.db}, {counts['failed']} failed", file=sys.stderr)
+    import pandas as pd
+
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.4g}".format):
+        print(curve(store, [o.run_id for o in outcomes]).to_string())
+    return 1 if counts["failed"] else 0
+
+
+def parse_counts(text: str) -> list[int]:
+    try:
+        counts = [positive_int(s) for s in text.split(",")]
+    except argparse.ArgumentTypeError:
+        raise ClbenchError(f"--n must be comma-separated positive integers, got {text!r}") from None
+    if len(set(counts)) != len(counts):
+        raise ClbenchError(f"--n names a count twice: {text!r}")
+    return counts
+
+
+def cmd_explain(args) -> int:
+    from clbench.explain import explain
+    from clbench.protocol import Session
+    from clbench.store import Store
+
+    print(explain(Store(args.db), args.run_id, s=args.s, session=Session()))
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "ls": cmd_ls, "validate": cmd_validate, "results": cmd_results, "build-base": cmd_build_base,
+            "sweep": cmd_sweep, "explain": cmd_explain}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,8 @@ from clbench import metrics as M
 from clbench.data import Encoded, Stage, TaskData, encode_examples, encode_texts
 from clbench.errors import ClbenchError, DivergedError
 from clbench.evaluate import Scores, score
-from clbench.expand import expand
+from clbench.expand import INIT_STRATEGIES, expand
+from clbench.explain import rows_file, save_new_rows
 from clbench.method import MethodSpec
 from clbench.models import Base, load_base
 from clbench.provenance import git_commit, versions
@@ -112,7 +113,12 @@ def run_one(
     # 1. resolve: everything that determines the result goes into the config, and the run_id hashes it
     default_model, budget, params = task.resolved(profile)
     if n_train is not None:
+        if n_train < 1:
+            raise ClbenchError(f"n_train must be a positive integer, got {n_train}")
         budget = budget.model_copy(update={"n_train": n_train})
+    init = init or task.spec.init
+    if init not in INIT_STRATEGIES:
+        raise ClbenchError(f"unknown init strategy {init!r}; known: {', '.join(INIT_STRATEGIES)}")
     method_config = method.config(options)
     base = session.base(model or default_model)
     data = session.data(task, params, base)
@@ -122,7 +128,7 @@ def run_one(
         "task": task.name, "task_version": task.spec.version, "profile": profile,
         "params": params.model_dump(), "budget": budget.model_dump(),
         "method": method.name, "method_config": asdict(method_config), "train_vocab": method.train_vocab,
-        "model": base.ref, "init": init or task.spec.init, "seed": seed,
+        "model": base.ref, "init": init, "seed": seed,
         "model_fingerprint": base.fingerprint, "data_fingerprint": data.fingerprint(),
     }
     run_id = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
@@ -133,7 +139,8 @@ def run_one(
     started = now()
     matrix: list[tuple] = []
     try:
-        values = adapt_and_evaluate(base, data, method, method_config, budget, config["init"], seed, session, matrix)
+        values = adapt_and_evaluate(base, data, method, method_config, budget, init, seed, session,
+                                    rows_path=rows_file(run_id), matrix=matrix)
         status, reason = "finished", None
     except DivergedError as error:
         values, matrix, status, reason = {}, [], "failed", str(error)
@@ -152,8 +159,9 @@ def run_one(
 
 
 def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_config, budget, init: str, seed: int,
-                       session: Session, matrix: list[tuple]) -> dict[str, float]:
+                       session: Session, rows_path=None, matrix: list[tuple] | None = None) -> dict[str, float]:
     """→ the run's metrics; a sequential task's stage × task matrix is appended to `matrix`."""
+    matrix = [] if matrix is None else matrix
     old_vocab, pad = len(base.tokenizer), base.tokenizer.pad_token_id
     base_old, base_skill = session.scores_of_base(base, data, budget.eval_batch_size)
     base_target = session.target_of_base(base, data, budget.eval_batch_size)
@@ -187,8 +195,11 @@ def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_co
             if (step + 1) % progress_every == 0:
                 log(f"  {stage.name + ' ' if data.stages else ''}step {step + 1}/{budget.steps}  loss {loss:.4f}")
 
+        train_set = encode_examples(tokenizer, stage.train[: budget.n_train], base.max_length)
+        if hasattr(adapter, "training_examples"):  # optional hook (clbench/method.py): rehearsal of old text
+            train_set = adapter.training_examples(train_set, encode_texts(tokenizer, data.replay_text, base.max_length))
         results.append(train(
-            model, adapter.param_groups, encode_examples(tokenizer, stage.train[: budget.n_train], base.max_length),
+            model, adapter.param_groups, train_set,
             steps=budget.steps, batch_size=budget.batch_size, lr=method_config.lr, seed=seed, pad_id=pad,
             vocab_limit=old_vocab if method.train_vocab == "old" else None,
             on_step=progress,
@@ -196,6 +207,8 @@ def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_co
         model = adapter.finalize()
         if data.stages:
             matrix += stage_row(number, model, stages, tokenizer, base.max_length, old_set, scored)
+    if rows_path is not None:  # the learned new rows, for `clbench explain`
+        save_new_rows(rows_path, model, old_vocab, data.new_tokens)
 
     # 4. evaluate the adapted model on the same data the base was scored on
     target = scored(model, target_set)

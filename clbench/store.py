@@ -95,7 +95,7 @@ class Store:
     def status(self, run_id: str) -> str | None:
         if not self.path.exists():
             return None
-        with self._connect() as db:
+        with self._connect(read_only=True) as db:
             row = db.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()
         return row[0] if row else None
 
@@ -123,7 +123,7 @@ class Store:
     def query(self, sql: str, params: list | None = None) -> pd.DataFrame:
         if not self.path.exists():
             raise ClbenchError(f"results database {self.path} does not exist (run `clbench run` first)")
-        with self._connect() as db:
+        with self._connect(read_only=True) as db:
             return db.execute(sql, params or []).df()
 
 

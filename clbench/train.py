@@ -37,7 +37,7 @@ def warmup_cosine(warmup: int, total: int) -> Callable[[int], float]:
 
 
 def epoch_batches(n: int, batch_size: int, steps: int, generator: torch.Generator):
-    """Index batches from successive shuffled epochs; a batch never mixes two epochs' orders."""
+    """Index batches cut from a stream of successive shuffled epochs (each index once per epoch)."""
     order: list[int] = []
     for _ in range(steps):
         if len(order) < batch_size:
