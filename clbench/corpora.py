@@ -20,6 +20,8 @@ import re
 from functools import cache
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
 from clbench import hub
 from clbench.errors import ClbenchError
 
@@ -31,6 +33,21 @@ OFFLINE_HINT = "offline, use the task's default profile (packaged corpora: datas
 MIN_PARAGRAPH_CHARS = 80
 SENTENCE_END = re.compile(r"(?<=[.!?。؟])\s+")
 MARKUP_LINE = re.compile(r"^\s*(#|[-*_]{3,}\s*$|[-*+]\s|\d+\.\s|\|)")
+
+
+class TextParams(BaseModel):
+    """Parameters every text task's generator shares (each adds its own): how much held-out target
+    text, and old text from which corpus."""
+
+    model_config = ConfigDict(extra="forbid")
+    old_corpus: str = "wiki-offline:en-us"
+    n_target: PositiveInt = 100
+    n_old_text: PositiveInt = 100
+    old_text_chars: PositiveInt = 300
+    n_replay: int = 200
+    test_fraction: float = Field(0.2, gt=0, lt=1)
+    corpus_documents: int | None = Field(None, description="read only the first n documents of each corpus (hub corpora)")
+    data_seed: int = 0
 
 
 def documents(source: str, limit: int | None = None) -> list[str]:

@@ -14,7 +14,7 @@ import random
 import re
 from collections import Counter
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import Field, PositiveInt
 
 from clbench import corpora
 from clbench.data import Example, TaskData
@@ -28,21 +28,12 @@ WORD = re.compile(r"[a-z]+")
 COMMON_WORDS_SKIPPED = 150  # the most frequent words are function words: no meaning to map
 
 
-class Params(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Params(corpora.TextParams):
     n_words: int = Field(100, ge=1, le=N_PSEUDOWORDS, description="pseudo-words used, the first n of the 100")
     dictionary_size: PositiveInt = Field(2, description="s: existing words each pseudo-word stands for")
     corpus: str = "dataset-build:eng"
-    old_corpus: str = "wiki-offline:en-us"
     context_words: PositiveInt = Field(10, description="words of the sentence kept before the pseudo-word")
     continuation_words: PositiveInt = Field(8, description="words after it: the completion")
-    n_target: PositiveInt = 100
-    n_old_text: PositiveInt = 100
-    old_text_chars: PositiveInt = 300
-    n_replay: int = 200
-    test_fraction: float = Field(0.2, gt=0, lt=1)
-    corpus_documents: int | None = Field(None, description="read only the first n documents of each corpus (hub corpora)")
-    data_seed: int = 0
 
 
 def pseudowords(tokenizer, known_words: set[str], seed: int) -> list[str]:

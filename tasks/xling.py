@@ -11,27 +11,18 @@ which compares across tokenizers); old text = English, which the new tokens neve
 import random
 from collections import Counter
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import Field, PositiveInt
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from clbench import corpora
 from clbench.data import Example, TaskData
 
 
-class Params(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Params(corpora.TextParams):
     corpus: str = Field(description="target-language text, e.g. dataset-build:spa")
-    old_corpus: str = "wiki-offline:en-us"
     k: PositiveInt = Field(100, description="new tokens: the k most frequent whole-word BPE pieces the base lacks")
     bpe_vocab_size: PositiveInt = 4000
-    chunk_chars: PositiveInt = Field(300, description="examples are runs of whole sentences up to this many characters")
-    n_target: PositiveInt = 100
-    n_old_text: PositiveInt = 100
-    old_text_chars: PositiveInt = 300
-    n_replay: int = 200
-    test_fraction: float = Field(0.2, gt=0, lt=1)
-    corpus_documents: int | None = Field(None, description="read only the first n documents of each corpus (hub corpora)")
-    data_seed: int = 0
+    chunk_chars: PositiveInt = Field(300, description="examples are runs of whole words up to this many characters")
 
 
 def train_bpe(texts: list[str], vocab_size: int) -> Tokenizer:
