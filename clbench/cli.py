@@ -93,6 +93,13 @@ def build_parser() -> Parser:
     sweep.add_argument("--init", help="initialisation of the new rows (default: the task's)")
     sweep.add_argument("--db", **db)
     sweep.add_argument("--task-dir", **task_dir)
+    sweep.add_argument("--executor", default="inline", choices=["inline", "local", "slurm"],
+                       help="inline: this process; local/slurm: submitit jobs (see clbench/executors.py)")
+    sweep.add_argument("--workers", type=positive_int, default=1, help="submitit jobs the grid is split into")
+    sweep.add_argument("--executor-folder", default="clbench-jobs", help="submitit logs and pickles (shared FS on SLURM)")
+    sweep.add_argument("--slurm-partition")
+    sweep.add_argument("--gpus-per-job", type=int, default=0)
+    sweep.add_argument("--timeout-min", type=positive_int, default=240)
 
     explain = commands.add_parser("explain", help="nearest old tokens and sparse decomposition of a run's learned new rows")
     explain.add_argument("run_id", help="a finished run's id (or a unique prefix)")
@@ -214,14 +221,24 @@ def cmd_sweep(args) -> int:
     chosen = [registry.get(name) for name in registry.resolve(args.method)]
     ns, seeds = parse_counts(args.n), parse_seeds(args.seeds)
     store = Store(args.db)
-    outcomes = sweep(task, chosen, ns, seeds, store=store, session=Session(),
-                     model=args.model, profile=args.profile, init=args.init)
-    counts = {s: sum(o.status == s for o in outcomes) for s in ("finished", "skipped", "failed")}
+    if args.executor == "inline":
+        outcomes = [(o.run_id, o.status) for o in sweep(
+            task, chosen, ns, seeds, store=store, session=Session(), model=args.model, profile=args.profile, init=args.init)]
+    else:
+        from clbench.executors import RunRequest, execute
+
+        requests = [RunRequest(task.name, m.name, seed, str(Path(args.db).resolve()), n_train=n, model=args.model,
+                               profile=args.profile, init=args.init, task_dirs=tuple(str(d.resolve()) for d in args.task_dir))
+                    for m in chosen for n in ns for seed in seeds]
+        outcomes = [(run_id, status) for run_id, status, _ in execute(
+            requests, args.executor, workers=args.workers, folder=args.executor_folder, timeout_min=args.timeout_min,
+            slurm_partition=args.slurm_partition, gpus_per_job=args.gpus_per_job)]
+    counts = {s: sum(status == s for _, status in outcomes) for s in ("finished", "skipped", "failed")}
     print(f"{len(outcomes)} runs: {counts['finished']} finished, {counts['skipped']} already in {args.db}, {counts['failed']} failed", file=sys.stderr)
     import pandas as pd
 
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.4g}".format):
-        print(curve(store, [o.run_id for o in outcomes]).to_string())
+        print(curve(store, [run_id for run_id, _ in outcomes]).to_string())
     return 1 if counts["failed"] else 0
 
 
