@@ -3,6 +3,7 @@
     clbench run --task all --method et
     clbench run --task arithmetic --method et,fft --seeds 0,1,2
     clbench ls tasks | methods ; clbench validate ; clbench results
+    clbench leaderboard --out leaderboard/out
 """
 
 from __future__ import annotations
@@ -82,6 +83,10 @@ def build_parser() -> Parser:
     results = commands.add_parser("results", help="print finished results: mean over seeds per task × method × model")
     results.add_argument("--db", **db)
     results.add_argument("--task", help="only this task")
+
+    board = commands.add_parser("leaderboard", help="write index.html, leaderboard.md and leaderboard.csv from a results DB")
+    board.add_argument("--db", **db)
+    board.add_argument("--out", type=Path, default=Path("leaderboard/out"), help="output folder (default: leaderboard/out)")
 
     base = commands.add_parser("build-base", help="build (or rebuild with --force) the local arithmetic base model")
     base.add_argument("--force", action="store_true")
@@ -177,6 +182,14 @@ def cmd_results(args) -> int:
     return 0
 
 
+def cmd_leaderboard(args) -> int:
+    from clbench.leaderboard import build
+
+    out = build(args.db, args.out)
+    print(f"wrote {out / 'index.html'}, {out / 'leaderboard.md'}, {out / 'leaderboard.csv'}")
+    return 0
+
+
 def cmd_build_base(args) -> int:
     from clbench.arith import load_or_build
 
@@ -184,7 +197,8 @@ def cmd_build_base(args) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "ls": cmd_ls, "validate": cmd_validate, "results": cmd_results, "build-base": cmd_build_base}
+COMMANDS = {"run": cmd_run, "ls": cmd_ls, "validate": cmd_validate, "results": cmd_results,
+            "leaderboard": cmd_leaderboard, "build-base": cmd_build_base}
 
 
 def main(argv: list[str] | None = None) -> int:
