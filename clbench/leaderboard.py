@@ -157,12 +157,14 @@ def svg(fig: Figure, salt: str) -> str:
 
 
 def point_labels(rows: pd.DataFrame) -> list[str]:
-    """Method, plus model / settings / n_train where they tell rows apart: short labels overlap less."""
-    varying = [c for c in ("model", "settings") if rows.groupby("method")[c].nunique().max() > 1]
-    return [
-        " · ".join([r.method, *(str(getattr(r, c)) for c in varying)] + ([f"n={r.n_train}"] if rows.n_train.nunique() > 1 else []))
-        for r in rows.itertuples()
-    ]
+    """Method, plus what tells its rows apart (model, the differing settings, n_train): short labels overlap less."""
+    items = rows.settings.str.split(", ")
+    shared = {m: set.intersection(*(set(i) for i in items[rows.method == m])) for m in rows.method.unique()}
+    labels = []
+    for r, own in zip(rows.itertuples(), items):
+        parts = [r.method, *([r.model] if rows.model.nunique() > 1 else []), *(i for i in own if i not in shared[r.method])]
+        labels.append(" · ".join(parts + ([f"n={r.n_train}"] if rows.n_train.nunique() > 1 else [])))
+    return labels
 
 
 def tradeoff_plot(points: pd.DataFrame, salt: str) -> str | None:
@@ -215,12 +217,34 @@ def sample_efficiency_plot(part: pd.DataFrame, salt: str) -> str | None:
         return svg(fig, salt)
 
 
+def has_table(store: Store, name: str) -> bool:
+    return bool(store.query("SELECT count(*) AS n FROM information_schema.tables WHERE table_name = ?", [name]).n[0])
+
+
 def stage_matrix(store: Store) -> pd.DataFrame | None:
     """The sequential runs' stage × task matrix, if this database has the table."""
-    exists = store.query("SELECT count(*) AS n FROM information_schema.tables WHERE table_name = 'stage_matrix'").n[0]
-    if not exists:
+    if not has_table(store, "stage_matrix"):
         return None
     return store.query("SELECT run_id, after_stage, eval_stage, metric, value FROM stage_matrix")
+
+
+def lm_eval_table(store: Store, values: pd.DataFrame, task: str) -> pd.DataFrame | None:
+    """A task's lm-eval checks of finished runs: base, adapted and delta (mean ± std) per row and lm-eval metric."""
+    if not has_table(store, "lm_eval"):
+        return None
+    checks = store.query("SELECT run_id, task AS lm_eval_task, metric AS lm_eval_metric, base, adapted, delta FROM lm_eval")
+    runs = values.drop_duplicates("run_id")[["run_id", *KEY]]
+    part = checks.merge(runs[runs.task == task], on="run_id")
+    if part.empty:
+        return None
+    grouped = part.groupby([*KEY[1:], "lm_eval_task", "lm_eval_metric"], dropna=False)
+    stats = grouped.agg(base=("base", "mean"), adapted=("adapted", "mean"), adapted_std=("adapted", "std"),
+                        delta=("delta", "mean"), delta_std=("delta", "std"), runs=("run_id", "nunique")).reset_index()
+    plus = lambda mean, std: fmt(mean) + (f" ± {fmt(std)}" if pd.notna(std) else "")
+    stats["base"] = stats.base.map(fmt)
+    stats["adapted"] = [plus(m, s) for m, s in zip(stats.adapted, stats.adapted_std)]
+    stats["delta (adapted − base)"] = [plus(m, s) for m, s in zip(stats.delta, stats.delta_std)]
+    return stats.drop(columns=["adapted_std", "delta", "delta_std", "runs"]).assign(runs=stats.runs)
 
 
 def heatmap(cells: pd.DataFrame, title: str, metric: str, salt: str) -> str:
@@ -292,8 +316,11 @@ def build(db: str | Path, out: str | Path) -> Path:
             plots += heatmaps(matrix, runs[runs.task == task], t)
         figures = "".join(f'<figure class="plot">{p}</figure>' for p in plots if p)
         cells = cells.drop(columns="task")  # the section heading names it
-        sections.append(f'<section><h2>{esc(task)}</h2>{html_table(cells, best, metrics, anchors)}{figures}</section>')
-        md_sections.append(f"## {md(task)}\n\n{markdown_table(cells, best, metrics)}\n")
+        checks, no_best = lm_eval_table(store, values, task), pd.DataFrame()
+        checks_html = "" if checks is None else f"<h3>lm-eval checks (in-process, full softmax)</h3>{html_table(checks, no_best, [])}"
+        checks_md = "" if checks is None else f"\n### lm-eval checks (in-process, full softmax)\n\n{markdown_table(checks, no_best, [])}\n"
+        sections.append(f'<section><h2>{esc(task)}</h2>{html_table(cells, best, metrics, anchors)}{figures}{checks_html}</section>')
+        md_sections.append(f"## {md(task)}\n\n{markdown_table(cells, best, metrics)}\n{checks_md}")
 
     out.mkdir(parents=True, exist_ok=True)
     legend = metric_legend(sorted(set(table.metric)))

@@ -92,3 +92,17 @@ def test_cli_writes_the_three_files_and_rejects_a_missing_db(tmp_path, capsys):
     assert main(["leaderboard", "--db", str(tmp_path / "none.duckdb"), "--out", str(tmp_path / "o2")]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"clbench: error: results database {tmp_path / 'none.duckdb'} does not exist (run `clbench run` first)"
     assert not (tmp_path / "o2").exists()
+
+
+def test_lm_eval_checks_are_tabled_per_row_with_mean_and_std(tmp_path):
+    store = tiny_db(tmp_path / "r.duckdb")
+    row = lambda task, base, adapted: {"task": task, "metric": "bits_per_byte", "base": base, "adapted": adapted,
+                                      "delta": adapted - base, "lm_eval_version": "0.4.13", "task_version": "1.0", "task_hash": "h"}
+    store.record_lm_eval("et0", [row("clbench_old_text", 1.5, 1.5)])
+    store.record_lm_eval("et1", [row("clbench_old_text", 1.5, 2.0)])
+    store.record_lm_eval("bad", [row(EVIL, 1.0, 9.0)])  # a failed run's checks never show
+    out = build(tmp_path / "r.duckdb", tmp_path / "out")
+    text = (out / "leaderboard.md").read_text()
+    checks = text.split("### lm-eval checks (in-process, full softmax)\n")[1]
+    assert "| et       | tiny    | lr=0.01, init=random |       200 | clbench_old_text | bits_per_byte    |    1.5 | 1.75 ± 0.3536 | 0.25 ± 0.3536            |      2 |" in checks
+    assert text.count("### lm-eval checks") == 1 and EVIL not in text and "&lt;script" not in checks
