@@ -13,7 +13,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from clbench.arith import char_tokenizer
-from clbench.data import Encoded, encode_texts
+from clbench.data import Encoded, TaskData, encode_texts
 from clbench.evaluate import score
 from clbench.expand import expand
 from clbench.lmeval import Checker
@@ -152,3 +152,33 @@ def test_hflm_would_retie_an_untied_head_and_the_checker_puts_it_back(data, chec
     assert model.training  # restored after lm-eval's eval()
     ours, _ = clbench_nll(model.eval(), expanded, data.old_text, with_eos=False)
     assert lm_eval_nll(scores, data.old_text) == pytest.approx(ours, rel=1e-7)  # scored with the untied head
+
+
+ENGLISH = ["The cat sat on the mat.", "A naïve café owner walked home.", "Forgetting is measured on old text, word by word."]
+
+
+def english_tokenizer():
+    """A small byte-level BPE trained on ENGLISH: tokens, bytes and words all differ in count."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(ENGLISH, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<pad>", "<bos>", "<eos>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>")
+
+
+def test_english_text_word_and_byte_perplexity_follow_from_clbench_nll():
+    tokenizer = english_tokenizer()
+    model = tiny_model(tokenizer)
+    data = TaskData(new_tokens=[], train=[], target_test=[], old_text=ENGLISH)
+    scores = Checker(["clbench_old_text"], batch_size=4).scores(model, tokenizer, data)
+    nll, n_tokens = clbench_nll(model, tokenizer, ENGLISH, with_eos=False)
+    n_bytes, n_words = sum(len(t.encode()) for t in ENGLISH), sum(len(t.split()) for t in ENGLISH)
+    assert (n_tokens, n_bytes, n_words) == (47, 105, 21)  # "naïve café": 2-byte characters
+    value = lambda metric: scores["clbench_old_text", metric]["value"]
+    assert value("bits_per_byte") == pytest.approx(nll / n_bytes / math.log(2), rel=1e-7)
+    assert value("byte_perplexity") == pytest.approx(math.exp(nll / n_bytes), rel=1e-7)
+    assert value("word_perplexity") == pytest.approx(math.exp(nll / n_words), rel=1e-6)
