@@ -3,6 +3,7 @@
     clbench run --task all --method et
     clbench run --task arithmetic --method et,fft --seeds 0,1,2
     clbench ls tasks | methods ; clbench validate ; clbench results
+    clbench leaderboard --out leaderboard/out
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ def build_parser() -> Parser:
     run.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code to run")
     run.add_argument("--db", **db)
     run.add_argument("--task-dir", **task_dir)
+    run.add_argument("--lm-eval", metavar="TASKS", help="also score base and adapted model in-process with these lm-eval tasks, "
+                     "e.g. clbench_old_text,clbench_old_skill (shipped, offline) or any lm-eval task name (online)")
 
     ls = commands.add_parser("ls", help="list tasks or methods")
     ls.add_argument("what", choices=["tasks", "methods"])
@@ -106,6 +109,17 @@ def build_parser() -> Parser:
     explain.add_argument("-s", type=positive_int, default=4, help="old tokens in the sparse decomposition (default: 4)")
     explain.add_argument("--db", **db)
 
+    board = commands.add_parser("leaderboard", help="write index.html, leaderboard.md and leaderboard.csv from a results DB")
+    board.add_argument("--db", **db)
+    board.add_argument("--out", type=Path, default=Path("leaderboard/out"), help="output folder (default: leaderboard/out)")
+
+    lm_eval = commands.add_parser("lm-eval", help="score a finished run's base and adapted model with lm-eval tasks (rebuilds the run)")
+    lm_eval.add_argument("--run", required=True, metavar="RUN_ID", help="a finished run's id (see the runs table)")
+    lm_eval.add_argument("--tasks", required=True, help="lm-eval task names, comma-separated, e.g. clbench_old_text,clbench_old_skill")
+    lm_eval.add_argument("--batch-size", type=positive_int, default=32)
+    lm_eval.add_argument("--db", **db)
+    lm_eval.add_argument("--task-dir", **task_dir)
+
     base = commands.add_parser("build-base", help="build (or rebuild with --force) the local arithmetic base model")
     base.add_argument("--force", action="store_true")
     return parser
@@ -128,14 +142,24 @@ def cmd_run(args) -> int:
     for name in method_names:
         registry.get(name).config(options)  # fail on a bad option before any work
     store, session = Store(args.db), Session(trust_remote_code=args.trust_remote_code)
+    checker = lm_eval_checker(args.lm_eval) if args.lm_eval else None  # bad task names fail before any training
     outcomes = []
     for task_name in task_names:
         for method_name in method_names:
             for seed in seeds:
+                captured = {}
                 outcomes.append(run_one(
                     tasks.get(task_name), registry.get(method_name), seed=seed, store=store, session=session,
                     model=args.model, profile=args.profile, options=options, init=args.init, n_train=args.n_train,
+                    on_adapted=(lambda base, data, model, tokenizer: captured.update(base=base, data=data, model=model, tokenizer=tokenizer))
+                    if checker else None,
                 ))
+                if checker and outcomes[-1].status != "failed":
+                    from clbench.lmeval import check_run, format_rows
+
+                    # a run already in the DB (skipped) is rebuilt for lm-eval
+                    rows = check_run(store, outcomes[-1].run_id, checker, captured or None, session, args.task_dir, only_missing=True)
+                    print(format_rows(outcomes[-1].run_id, rows), file=sys.stderr)
     counts = {s: sum(o.status == s for o in outcomes) for s in ("finished", "skipped", "failed")}
     print(f"{len(outcomes)} runs: {counts['finished']} finished, {counts['skipped']} already in {args.db}, {counts['failed']} failed", file=sys.stderr)
     print(summary(store, [o.run_id for o in outcomes]))
@@ -161,6 +185,22 @@ def summary(store, run_ids: list[str] | None = None, task: str | None = None) ->
     table = pd.concat([seeds, table[[m for m in SUMMARY_METRICS if m in table.columns]]], axis=1)
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.4g}".format):
         return table.to_string()
+
+
+def lm_eval_checker(text: str, batch_size: int = 32):
+    from clbench.lmeval import Checker, parse_tasks
+
+    return Checker(parse_tasks(text), batch_size)
+
+
+def cmd_lm_eval(args) -> int:
+    from clbench.lmeval import check_run, format_rows
+    from clbench.protocol import Session
+    from clbench.store import Store
+
+    store, checker = Store(args.db), lm_eval_checker(args.tasks, args.batch_size)
+    print(format_rows(args.run, check_run(store, args.run, checker, None, Session(), args.task_dir)))
+    return 0
 
 
 def cmd_ls(args) -> int:
@@ -200,6 +240,14 @@ def cmd_results(args) -> int:
     from clbench.store import Store
 
     print(summary(Store(args.db), task=args.task))
+    return 0
+
+
+def cmd_leaderboard(args) -> int:
+    from clbench.leaderboard import build
+
+    out = build(args.db, args.out)
+    print(f"wrote {out / 'index.html'}, {out / 'leaderboard.md'}, {out / 'leaderboard.csv'}")
     return 0
 
 
@@ -262,7 +310,7 @@ def cmd_explain(args) -> int:
 
 
 COMMANDS = {"run": cmd_run, "ls": cmd_ls, "validate": cmd_validate, "results": cmd_results, "build-base": cmd_build_base,
-            "sweep": cmd_sweep, "explain": cmd_explain}
+            "sweep": cmd_sweep, "explain": cmd_explain, "leaderboard": cmd_leaderboard, "lm-eval": cmd_lm_eval}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -98,7 +98,10 @@ def run_one(
     options: dict | None = None,
     init: str | None = None,
     n_train: int | None = None,
+    on_adapted=None,
 ) -> Outcome:
+    """on_adapted(base, data, adapted_model, tokenizer), if given, sees the adapted model in memory
+    after evaluation (lm-eval checks); it is not called for skipped or failed runs."""
     # 1. resolve: everything that determines the result goes into the config, and the run_id hashes it
     default_model, budget, params = task.resolved(profile)
     if n_train is not None:
@@ -128,7 +131,7 @@ def run_one(
     started = now()
     try:
         values = adapt_and_evaluate(base, data, method, method_config, budget, init, seed, session,
-                                    rows_path=rows_file(run_id))
+                                    rows_path=rows_file(run_id), on_adapted=on_adapted)
         status, reason = "finished", None
     except DivergedError as error:
         values, status, reason = {}, "failed", str(error)
@@ -146,7 +149,7 @@ def run_one(
 
 
 def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_config, budget, init: str, seed: int, session: Session,
-                       rows_path=None) -> dict[str, float]:
+                       rows_path=None, on_adapted=None) -> dict[str, float]:
     old_vocab, pad = len(base.tokenizer), base.tokenizer.pad_token_id
     base_old, base_skill = session.scores_of_base(base, data, budget.eval_batch_size)
 
@@ -190,6 +193,8 @@ def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_co
         groups=[e.group for e in data.target_test], result=result, trainable=trainable,
     )
     log("  " + "  ".join(f"{k} {values[k]:.4g}" for k in ("target_loss", "target_acc", "forgetting_oldvocab", "old_skill_acc_delta") if k in values))
+    if on_adapted is not None:
+        on_adapted(base, data, adapted, tokenizer)
     return values
 
 
