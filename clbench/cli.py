@@ -70,6 +70,7 @@ def build_parser() -> Parser:
     run.add_argument("--n-train", type=positive_int, help="override the task's number of training examples")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="method option, e.g. lr=1e-3")
     run.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code to run")
+    run.add_argument("--device", default="auto", help="auto (the GPU if torch sees one), cpu, cuda or cuda:N")
     run.add_argument("--db", **db)
     run.add_argument("--task-dir", **task_dir)
     run.add_argument("--lm-eval", metavar="TASKS", help="also score base and adapted model in-process with these lm-eval tasks, "
@@ -103,6 +104,7 @@ def build_parser() -> Parser:
     sweep.add_argument("--slurm-partition")
     sweep.add_argument("--gpus-per-job", type=int, default=0)
     sweep.add_argument("--timeout-min", type=positive_int, default=240)
+    sweep.add_argument("--device", default="auto", help="auto (the GPU if torch sees one), cpu, cuda or cuda:N")
 
     explain = commands.add_parser("explain", help="nearest old tokens and sparse decomposition of a run's learned new rows")
     explain.add_argument("run_id", help="a finished run's id (or a unique prefix)")
@@ -128,6 +130,7 @@ def build_parser() -> Parser:
 def cmd_run(args) -> int:
     from clbench.expand import INIT_STRATEGIES
     from clbench.method import methods
+    from clbench.models import resolve_device
     from clbench.protocol import Session, run_one
     from clbench.store import Store
     from clbench.taskspec import load_tasks
@@ -135,13 +138,14 @@ def cmd_run(args) -> int:
     tasks, registry = load_tasks(args.task_dir), methods()
     task_names, method_names = tasks.resolve(args.task), registry.resolve(args.method)
     seeds, options = parse_seeds(args.seeds), parse_options(args.set)
+    resolve_device(args.device)  # a bad --device fails before any model is loaded
     if args.init is not None and args.init not in INIT_STRATEGIES:
         raise ClbenchError(f"unknown init strategy {args.init!r}; known: {', '.join(INIT_STRATEGIES)}")
     if options and len(method_names) > 1:
         raise ClbenchError("--set applies to one method; name a single --method with it")
     for name in method_names:
         registry.get(name).config(options)  # fail on a bad option before any work
-    store, session = Store(args.db), Session(trust_remote_code=args.trust_remote_code)
+    store, session = Store(args.db), Session(trust_remote_code=args.trust_remote_code, device=args.device)
     checker = lm_eval_checker(args.lm_eval) if args.lm_eval else None  # bad task names fail before any training
     outcomes = []
     for task_name in task_names:
@@ -260,6 +264,7 @@ def cmd_build_base(args) -> int:
 
 def cmd_sweep(args) -> int:
     from clbench.method import methods
+    from clbench.models import resolve_device
     from clbench.protocol import Session
     from clbench.store import Store
     from clbench.sweep import curve, sweep
@@ -268,15 +273,16 @@ def cmd_sweep(args) -> int:
     task, registry = load_tasks(args.task_dir).get(args.task), methods()
     chosen = [registry.get(name) for name in registry.resolve(args.method)]
     ns, seeds = parse_counts(args.n), parse_seeds(args.seeds)
+    resolve_device(args.device)
     store = Store(args.db)
     if args.executor == "inline":
         outcomes = [(o.run_id, o.status) for o in sweep(
-            task, chosen, ns, seeds, store=store, session=Session(), model=args.model, profile=args.profile, init=args.init)]
+            task, chosen, ns, seeds, store=store, session=Session(device=args.device), model=args.model, profile=args.profile, init=args.init)]
     else:
         from clbench.executors import RunRequest, execute
 
         requests = [RunRequest(task.name, m.name, seed, str(Path(args.db).resolve()), n_train=n, model=args.model,
-                               profile=args.profile, init=args.init, task_dirs=tuple(str(d.resolve()) for d in args.task_dir))
+                               profile=args.profile, init=args.init, device=args.device, task_dirs=tuple(str(d.resolve()) for d in args.task_dir))
                     for m in chosen for n in ns for seed in seeds]
         outcomes = [(run_id, status) for run_id, status, _ in execute(
             requests, args.executor, workers=args.workers, folder=args.executor_folder, timeout_min=args.timeout_min,

@@ -35,6 +35,7 @@ class RunRequest:
     model: str | None = None
     profile: str | None = None
     init: str | None = None
+    device: str = "auto"
     task_dirs: tuple[str, ...] = ()
 
 
@@ -45,7 +46,7 @@ def run_chunk(requests: list[RunRequest]) -> list[tuple[str, str, str | None]]:
     from clbench.store import Store
     from clbench.taskspec import load_tasks
 
-    session, tasks, registry = Session(), {}, methods()
+    session, tasks, registry = Session(device=requests[0].device if requests else "auto"), {}, methods()
     out = []
     for r in requests:
         if r.task_dirs not in tasks:

@@ -24,7 +24,7 @@ from clbench.evaluate import Scores, score
 from clbench.expand import INIT_STRATEGIES, expand
 from clbench.explain import rows_file, save_new_rows
 from clbench.method import MethodSpec
-from clbench.models import Base, load_base
+from clbench.models import Base, load_base, resolve_device
 from clbench.provenance import git_commit, versions
 from clbench.store import Store, now
 from clbench.taskspec import Task
@@ -40,6 +40,7 @@ class Session:
     """What a process computes once and reuses across runs: base models, task data, base scores."""
 
     trust_remote_code: bool = False
+    device: str = "auto"  # auto: the GPU when torch sees one
     bases: dict[str, Base] = field(default_factory=dict)
     datasets: dict[tuple, TaskData] = field(default_factory=dict)
     base_scores: dict[tuple, tuple[Scores, Scores]] = field(default_factory=dict)
@@ -47,7 +48,7 @@ class Session:
     def base(self, ref: str) -> Base:
         if ref not in self.bases:
             log(f"loading base model {ref}")
-            self.bases[ref] = load_base(ref, log=log, trust_remote_code=self.trust_remote_code)
+            self.bases[ref] = load_base(ref, log=log, trust_remote_code=self.trust_remote_code, device=resolve_device(self.device))
         return self.bases[ref]
 
     def data(self, task: Task, params, base: Base) -> TaskData:

@@ -7,7 +7,7 @@ from clbench.errors import ClbenchError
 from clbench.executors import RunRequest, execute
 from clbench.store import Store
 from clbench.taskspec import builtin_task_dir
-from tests.conftest import tiny_llama
+from conftest import tiny_llama
 
 
 @pytest.fixture
