@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -143,7 +144,54 @@ def section_et_vs_fft(args) -> dict:
     return out
 
 
-SECTIONS = {"overhead": section_overhead, "et-vs-fft": section_et_vs_fft}
+def section_eval(args) -> dict:
+    """clbench's scoring vs lm-eval's rolling log-likelihood: same model, same texts, one batch size."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    from clbench.data import encode_texts
+    from clbench.evaluate import score
+    from clbench.protocol import Session
+
+    session = Session(device="cpu")
+    base = session.base(args.eval_model)
+    task = __import__("clbench.taskspec", fromlist=["load_tasks"]).load_tasks().get(args.eval_task)
+    texts = task.build(task.resolved()[2], base.tokenizer).old_text[: args.eval_texts]
+    tokenizer, model = base.tokenizer, base.model
+    encoded = encode_texts(tokenizer, texts, base.max_length)
+    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=args.eval_batch, device="cpu", logits_cache=False)
+    requests = [Instance("loglikelihood_rolling", {}, (text,), i) for i, text in enumerate(texts)]
+    ours, theirs, agreement = [], [], None
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        scores = score(model, encoded, old_vocab=len(tokenizer), pad_id=tokenizer.pad_token_id, batch_size=args.eval_batch)
+        ours.append(scores.n_full / (time.perf_counter() - start))
+        start = time.perf_counter()
+        loglik = lm.loglikelihood_rolling(requests, disable_tqdm=True)
+        seconds = time.perf_counter() - start
+        # lm-eval scores the text's tokens after its prefix token; clbench also scores eos
+        theirs.append((scores.n_full - len(texts)) / seconds)
+        agreement = {"lm_eval_nll_sum": -sum(loglik), "clbench_nll_sum_incl_eos": scores.nll_full}
+    return {"model": args.eval_model, "task_text": args.eval_task, "texts": len(texts), "scored_tokens": scores.n_full,
+            "clbench_tokens_per_s": statistics.median(ours), "lm_eval_tokens_per_s": statistics.median(theirs),
+            "ratio": statistics.median(ours) / statistics.median(theirs), "target": ">= 1.5", **agreement}
+
+
+def section_reuse(args) -> dict:
+    """An identical rerun of `clbench run` against a filled DB vs the first run (subprocesses)."""
+    import tempfile
+
+    db = Path(tempfile.mkdtemp()) / "reuse.duckdb"
+    command = [sys.executable, "-m", "clbench.cli", "run", "--task", "arithmetic", "--method", "et,fft", "--seeds", "0,1", "--db", str(db)]
+    timings = []
+    for _ in range(2):
+        start = time.perf_counter()
+        subprocess.run(command, capture_output=True, check=True)
+        timings.append(time.perf_counter() - start)
+    return {"first_run_seconds": timings[0], "identical_rerun_seconds": timings[1], "ratio": timings[1] / timings[0]}
+
+
+SECTIONS = {"overhead": section_overhead, "et-vs-fft": section_et_vs_fft, "eval": section_eval, "reuse": section_reuse}
 
 
 def main() -> None:
@@ -155,6 +203,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--only", choices=list(SECTIONS))
+    parser.add_argument("--eval-model", default="builtin:arith-llama")
+    parser.add_argument("--eval-task", default="arithmetic", help="whose old_text the eval section scores")
+    parser.add_argument("--eval-texts", type=int, default=500)
+    parser.add_argument("--eval-batch", type=int, default=32)
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, repeats {args.repeats}")
     for name, section in SECTIONS.items():

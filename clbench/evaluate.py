@@ -62,14 +62,18 @@ def score(model, encoded: list[Encoded], *, old_vocab: int, pad_id: int, batch_s
     nll_old = nll_full = 0.0
     n_old = n_full = 0
     correct_old, correct_full, example_of = [], [], []
+    # batches of similar lengths waste little on padding; the order is a function of the data
+    # alone, so base and adapted models still see identical batches
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].ids))
     for start in range(0, len(encoded), batch_size):
-        ids, attention, target_mask = collate(encoded[start : start + batch_size], pad_id)
+        members = order[start : start + batch_size]
+        ids, attention, target_mask = collate([encoded[i] for i in members], pad_id)
         ids, attention, target_mask = ids.to(device), attention.to(device), target_mask.to(device)
         with autocast(device):
             hidden = model.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state
         h = hidden[:, :-1][target_mask]
         targets = ids[:, 1:][target_mask]
-        rows = torch.arange(start, start + ids.shape[0], device=device)[:, None].expand_as(target_mask)[target_mask]
+        rows = torch.tensor(members, device=device)[:, None].expand_as(target_mask)[target_mask]
         # chunks of positions bound the [positions, |V|] float64 log-softmax (49k-152k vocabularies)
         for chunk in range(0, len(targets), POSITIONS_PER_CHUNK):
             h_chunk, t_chunk = h[chunk : chunk + POSITIONS_PER_CHUNK], targets[chunk : chunk + POSITIONS_PER_CHUNK]
