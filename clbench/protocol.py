@@ -25,7 +25,7 @@ from clbench.evaluate import Scores, score
 from clbench.expand import INIT_STRATEGIES, expand
 from clbench.explain import rows_file, save_new_rows
 from clbench.method import MethodSpec
-from clbench.models import Base, load_base
+from clbench.models import Base, load_base, resolve_device
 from clbench.provenance import git_commit, versions
 from clbench.store import Store, now
 from clbench.taskspec import Task
@@ -41,6 +41,7 @@ class Session:
     """What a process computes once and reuses across runs: base models, task data, base scores."""
 
     trust_remote_code: bool = False
+    device: str = "auto"  # auto: the GPU when torch sees one
     bases: dict[str, Base] = field(default_factory=dict)
     datasets: dict[tuple, TaskData] = field(default_factory=dict)
     base_scores: dict[tuple, tuple[Scores, Scores]] = field(default_factory=dict)
@@ -49,7 +50,7 @@ class Session:
     def base(self, ref: str) -> Base:
         if ref not in self.bases:
             log(f"loading base model {ref}")
-            self.bases[ref] = load_base(ref, log=log, trust_remote_code=self.trust_remote_code)
+            self.bases[ref] = load_base(ref, log=log, trust_remote_code=self.trust_remote_code, device=resolve_device(self.device))
         return self.bases[ref]
 
     def data(self, task: Task, params, base: Base) -> TaskData:
@@ -109,7 +110,10 @@ def run_one(
     options: dict | None = None,
     init: str | None = None,
     n_train: int | None = None,
+    on_adapted=None,
 ) -> Outcome:
+    """on_adapted(base, data, adapted_model, tokenizer), if given, sees the adapted model in memory
+    after evaluation (lm-eval checks); it is not called for skipped or failed runs."""
     # 1. resolve: everything that determines the result goes into the config, and the run_id hashes it
     default_model, budget, params = task.resolved(profile)
     if n_train is not None:
@@ -140,7 +144,7 @@ def run_one(
     matrix: list[tuple] = []
     try:
         values = adapt_and_evaluate(base, data, method, method_config, budget, init, seed, session,
-                                    rows_path=rows_file(run_id), matrix=matrix)
+                                    rows_path=rows_file(run_id), on_adapted=on_adapted, matrix=matrix)
         status, reason = "finished", None
     except DivergedError as error:
         values, matrix, status, reason = {}, [], "failed", str(error)
@@ -159,7 +163,7 @@ def run_one(
 
 
 def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_config, budget, init: str, seed: int,
-                       session: Session, rows_path=None, matrix: list[tuple] | None = None) -> dict[str, float]:
+                       session: Session, rows_path=None, on_adapted=None, matrix: list[tuple] | None = None) -> dict[str, float]:
     """→ the run's metrics; a sequential task's stage × task matrix is appended to `matrix`."""
     matrix = [] if matrix is None else matrix
     old_vocab, pad = len(base.tokenizer), base.tokenizer.pad_token_id
@@ -223,6 +227,8 @@ def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_co
     if data.stages:
         values.update(stage_metrics(matrix, [s.name for s in stages]))
     log("  " + "  ".join(f"{k} {values[k]:.4g}" for k in ("target_loss", "target_acc", "forgetting_oldvocab", "old_skill_acc_delta") if k in values))
+    if on_adapted is not None:
+        on_adapted(base, data, model, tokenizer)
     return values
 
 

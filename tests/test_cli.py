@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from clbench.cli import main
 from clbench.store import Store
@@ -146,3 +147,14 @@ def test_subprocess_error_has_no_traceback(tmp_path):
     assert proc.stderr.startswith("clbench: error: unknown task 'nope'; known: ")
     assert proc.stderr.count("\n") == 1 and proc.stderr.endswith("\n")
     assert os.listdir(tmp_path) == []  # no results file appeared in the working directory
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+@pytest.mark.parametrize("device, message", [("tpu", "unknown device 'tpu'"), ("cuda", "no CUDA GPU")])
+def test_bad_device_fails_before_any_work(command, device, message, capsys):
+    if device == "cuda" and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    extra = ["--n", "5"] if command == "sweep" else []
+    assert main([command, "--task", "arithmetic", "--method", "et", "--device", device, *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("clbench: error:") and message in err
