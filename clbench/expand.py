@@ -34,13 +34,26 @@ def check_new_tokens(tokenizer, new_tokens: list[str]) -> None:
     clash = [t for t in new_tokens if t in vocab]
     if clash:
         raise ClbenchError(f"new token(s) already in the base vocabulary: {clash[:5]}")
+    # a string the base tokenizer already reads as one known token — "times" as "Ġtimes" after a
+    # space — is a word of V, not a new one: adding it would shadow that word in every old text
+    for token in new_tokens:
+        for text in (token, " " + token):
+            ids = tokenizer.encode(text, add_special_tokens=False)
+            if len(ids) == 1 and ids[0] != tokenizer.unk_token_id:
+                word = tokenizer.convert_ids_to_tokens(ids[0])
+                raise ClbenchError(f"new token {token!r} collides with the base vocabulary's word {word!r} ({text!r} is one known token)")
+
+
+def check_expansion(tokenizer, new_tokens: list[str], init: str) -> None:
+    """Everything expand() rejects, checked without changing anything."""
+    if init not in INIT_STRATEGIES:
+        raise ClbenchError(f"unknown init strategy {init!r}; known: {', '.join(INIT_STRATEGIES)}")
+    check_new_tokens(tokenizer, new_tokens)
 
 
 def expand(model, tokenizer, new_tokens: list[str], *, init: str, seed: int) -> Expansion:
     """Mutates model and tokenizer: |V| → |V| + |U|, new rows initialised by `init`."""
-    if init not in INIT_STRATEGIES:
-        raise ClbenchError(f"unknown init strategy {init!r}; known: {', '.join(INIT_STRATEGIES)}")
-    check_new_tokens(tokenizer, new_tokens)
+    check_expansion(tokenizer, new_tokens, init)
     # |V| is the tokenizer's size: models with a padded embedding matrix (Qwen2.5: 151,936 rows
     # for 151,665 tokens) give U the unused rows first and grow the matrix only if needed.
     old_vocab = len(tokenizer)

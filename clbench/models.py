@@ -58,7 +58,7 @@ def _from_pretrained(ref: str, trust_remote_code: bool):
     try:
         tokenizer = AutoTokenizer.from_pretrained(path if looks_local else ref, trust_remote_code=trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(
-            path if looks_local else ref, trust_remote_code=trust_remote_code, use_safetensors=None
+            path if looks_local else ref, trust_remote_code=trust_remote_code, use_safetensors=True
         )
     except (OSError, ValueError) as error:
         where = "the local directory" if looks_local else "the Hugging Face hub (no network?)"

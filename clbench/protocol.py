@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import resource
 import sys
 from dataclasses import asdict, dataclass, field
@@ -21,12 +22,12 @@ from clbench import metrics as M
 from clbench.data import Encoded, TaskData, encode_examples, encode_texts
 from clbench.errors import ClbenchError, DivergedError
 from clbench.evaluate import Scores, score
-from clbench.expand import expand
+from clbench.expand import check_expansion, expand
 from clbench.method import MethodSpec
 from clbench.models import Base, load_base
 from clbench.provenance import git_commit, versions
 from clbench.store import Store, now
-from clbench.taskspec import Task
+from clbench.taskspec import Budget, Task
 from clbench.train import TrainResult, train
 
 
@@ -80,9 +81,21 @@ def old_sets(base: Base, data: TaskData) -> tuple[list[Encoded], list[Encoded]]:
 @dataclass(frozen=True)
 class Outcome:
     run_id: str
-    status: str  # finished | failed | skipped (already finished in the store)
+    status: str  # finished | failed | skipped (already finished in the store) | busy (another live process runs it)
     metrics: dict[str, float]
     reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A resolved run whose input passed every check: nothing after plan() rejects bad input."""
+
+    run_id: str
+    config: dict
+    method_config: object
+    base: Base
+    data: TaskData
+    budget: Budget
 
 
 def run_one(
@@ -98,25 +111,20 @@ def run_one(
     init: str | None = None,
     n_train: int | None = None,
 ) -> Outcome:
-    # 1. resolve: everything that determines the result goes into the config, and the run_id hashes it
-    default_model, budget, params = task.resolved(profile)
-    if n_train is not None:
-        budget = budget.model_copy(update={"n_train": n_train})
-    method_config = method.config(options)
-    base = session.base(model or default_model)
-    data = session.data(task, params, base)
-    if budget.n_train > len(data.train):
-        raise ClbenchError(f"task {task.name!r}: n_train {budget.n_train} exceeds the {len(data.train)} training examples")
-    config = {
-        "task": task.name, "task_version": task.spec.version, "profile": profile,
-        "params": params.model_dump(), "budget": budget.model_dump(),
-        "method": method.name, "method_config": asdict(method_config), "train_vocab": method.train_vocab,
-        "model": base.ref, "init": init or task.spec.init, "seed": seed,
-        "model_fingerprint": base.fingerprint, "data_fingerprint": data.fingerprint(),
-    }
-    run_id = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+    planned = plan(task, method, seed=seed, session=session, model=model, profile=profile, options=options, init=init, n_train=n_train)
+    run_id, config, method_config, base, data, budget = (
+        planned.run_id, planned.config, planned.method_config, planned.base, planned.data, planned.budget)
     if store.status(run_id) == "finished":
         return Outcome(run_id, "skipped", {})
+    # the claim makes an interruption visible to the next command, which retries the run
+    claim = store.claim(run_id)
+    if claim.state == "finished":  # another process finished it since the check above
+        return Outcome(run_id, "skipped", {})
+    if claim.state == "busy":
+        log(f"{task.name} × {method.name} (seed {seed}): running in {claim.holder}; left to it")
+        return Outcome(run_id, "busy", {})
+    if claim.attempt > 1:
+        log(f"retrying run {run_id} (attempt {claim.attempt}; the previous attempt was interrupted or failed)")
 
     log(f"{task.name} × {method.name} (seed {seed}, model {base.ref}, n_train {budget.n_train}, {budget.steps} steps)")
     started = now()
@@ -134,8 +142,51 @@ def run_one(
             "versions": versions(), "git_commit": git_commit(), "started_at": started, "finished_at": now(),
         },
         values,
+        attempt=claim.attempt,
     )
     return Outcome(run_id, status, values, reason)
+
+
+def plan(
+    task: Task,
+    method: MethodSpec,
+    *,
+    seed: int,
+    session: Session,
+    model: str | None = None,
+    profile: str | None = None,
+    options: dict | None = None,
+    init: str | None = None,
+    n_train: int | None = None,
+) -> Plan:
+    # 1. resolve: everything that determines the result goes into the config, and the run_id hashes it
+    default_model, budget, params = task.resolved(profile)
+    if n_train is not None:
+        budget = budget.model_copy(update={"n_train": n_train})
+    method_config = method.config(options)
+    base = session.base(model or default_model)
+    data = session.data(task, params, base)
+    if budget.n_train > len(data.train):
+        raise ClbenchError(f"task {task.name!r}: n_train {budget.n_train} exceeds the {len(data.train)} training examples")
+    config = {
+        "task": task.name, "task_version": task.spec.version, "profile": profile,
+        "params": params.model_dump(), "budget": budget.model_dump(),
+        "method": method.name, "method_config": asdict(method_config), "train_vocab": method.train_vocab,
+        "model": base.ref, "init": init or task.spec.init, "seed": seed,
+        "model_fingerprint": base.fingerprint, "data_fingerprint": data.fingerprint(),
+    }
+    run_id = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+    preflight(base, data, budget, config["init"])
+    return Plan(run_id, config, method_config, base, data, budget)
+
+
+def preflight(base: Base, data: TaskData, budget: Budget, init: str) -> None:
+    """Every check that can reject a run's input, before the store is touched: bad input leaves it as it was."""
+    tokenizer = copy.deepcopy(base.tokenizer)
+    check_expansion(tokenizer, data.new_tokens, init)
+    tokenizer.add_tokens(data.new_tokens)
+    encode_examples(tokenizer, data.train[: budget.n_train] + data.target_test, base.max_length)
+    old_sets(base, data)
 
 
 def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_config, budget, init: str, seed: int, session: Session) -> dict[str, float]:
@@ -178,6 +229,11 @@ def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_co
         groups=[e.group for e in data.target_test], result=result, trainable=trainable,
     )
     log("  " + "  ".join(f"{k} {values[k]:.4g}" for k in ("target_loss", "target_acc", "forgetting_oldvocab", "old_skill_acc_delta") if k in values))
+    # the loop checks each loss before its update; the last update can still leave weights whose
+    # outputs overflow: a run whose adapted model scores non-finite losses diverged, it is no result
+    for name in ("target_loss", "target_loss_full", "forgetting_oldvocab", "forgetting_full"):
+        if not math.isfinite(values[name]):
+            raise DivergedError(f"non-finite {name} ({values[name]}) after training")
     return values
 
 

@@ -1,16 +1,30 @@
 """Results in DuckDB: one row per run, metrics in long form, and the `results` view.
 
 `results(run_id, task, method, model, seed, metric, value, status)` is the stable query surface.
-A run's row and its metrics are written in one transaction, so a reader never sees a finished
-run without its metrics. DuckDB admits one writing process at a time: every write opens the
-file briefly and retries while another process holds the lock.
+
+Reliability (README "Reliability"):
+- A run's row and its metrics are written in one transaction, so a reader never sees a finished
+  run without its metrics, and a process killed mid-write leaves nothing of that write.
+- DuckDB admits one writing process at a time: every access opens the file briefly and retries
+  while another process holds the lock (up to LOCK_WAIT_SECONDS); reads open it read-only.
+- Before training, a run is claimed: an `attempts` row (run_id, attempt, outcome='running', host,
+  pid, process start token) committed under that lock, so of several processes racing for one run
+  exactly one trains it; the others see a live holder and leave it ("busy"). A 'running' attempt
+  whose process is gone (SIGKILL, crash, reboot, a reused pid) is marked 'interrupted' and the run
+  is retried as attempt n+1. The final write checks that this process still holds its attempt and
+  writes nothing otherwise, so even a wrongly retried run yields one record, never two.
+- A claim made on another host is never taken over (its processes cannot be seen from here);
+  one results file is written from one host — DuckDB's lock does not hold over network filesystems.
+- `check()` runs before any work and writes nothing: bad input never touches the database.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -18,6 +32,8 @@ import duckdb
 import pandas as pd
 
 from clbench.errors import ClbenchError
+from clbench.faults import fault_point
+from clbench.owner import Owner
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -43,12 +59,30 @@ CREATE TABLE IF NOT EXISTS metrics (
     value DOUBLE,
     PRIMARY KEY (run_id, metric)
 );
+CREATE TABLE IF NOT EXISTS attempts (
+    run_id VARCHAR NOT NULL,
+    attempt INTEGER NOT NULL,     -- 1, 2, ...: a retried run has several
+    outcome VARCHAR NOT NULL,     -- running | finished | failed | interrupted (its process died)
+    host VARCHAR NOT NULL,
+    pid INTEGER NOT NULL,
+    process_start VARCHAR,        -- boot id + kernel start time of the pid: a reused pid is another process
+    started_at TIMESTAMP NOT NULL,
+    ended_at TIMESTAMP,           -- NULL while running and for an interrupted attempt
+    PRIMARY KEY (run_id, attempt)
+);
 CREATE OR REPLACE VIEW results AS
     SELECT r.run_id, r.task, r.method, r.model, r.seed, m.metric, m.value, r.status
     FROM runs r LEFT JOIN metrics m USING (run_id);
 """
 
 LOCK_WAIT_SECONDS = 120.0
+
+
+@dataclass(frozen=True)
+class Claim:
+    state: str  # claimed (this process runs it) | finished (nothing to do) | busy (a live process runs it)
+    attempt: int = 0  # when claimed: 1 for a first run, n > 1 for a retry
+    holder: Owner | None = None  # when busy: who runs it
 
 
 class Store:
@@ -82,19 +116,90 @@ class Store:
         finally:
             connection.close()
 
+    def check(self) -> None:
+        """Fail before any work if results could not be stored here. Writes nothing.
+
+        An existing file must be a clbench results database (a DuckDB file with our tables, or none
+        yet); a new one must be creatable in its folder (a real write test: permission bits do not
+        stop root, a read-only mount or /sys does)."""
+        if not self.path.exists():
+            try:
+                tempfile.TemporaryFile(dir=self.path.parent).close()
+            except OSError as error:
+                raise ClbenchError(f"cannot create results database in {self.path.parent}: {error.strerror or error}") from None
+            return
+        with self._connect(read_only=True) as db:
+            found = _columns(db)
+        if not found:
+            return  # an empty DuckDB file: the tables are created on the first write
+        expected = _columns(duckdb.connect(":memory:").execute(SCHEMA))
+        for table in ("runs", "metrics"):
+            missing = sorted(expected[table] - found.get(table, set()))
+            if missing:
+                raise ClbenchError(f"{self.path} is not a clbench results database (table {table} lacks {', '.join(missing)})")
+
     def status(self, run_id: str) -> str | None:
         if not self.path.exists():
             return None
-        with self._connect() as db:
-            row = db.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        with self._connect(read_only=True) as db:
+            try:
+                row = db.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()
+            except duckdb.CatalogException:
+                return None  # an empty database: nothing recorded yet
         return row[0] if row else None
 
-    def record(self, run: dict, metrics: dict[str, float]) -> None:
-        """Insert or replace one run and its metrics atomically."""
+    def claim(self, run_id: str) -> Claim:
+        """Mark run_id as running in this process, unless it is finished or a live process holds it.
+
+        One transaction under DuckDB's single-writer lock, so of processes racing for a run exactly one
+        claims it. A 'running' attempt whose process is gone — or is this process, whose earlier
+        attempt raised — is marked interrupted, and the run is claimed again as the next attempt."""
+        me = Owner.me()
+        with self._connect() as db:
+            db.execute("BEGIN TRANSACTION")
+            if db.execute("SELECT 1 FROM runs WHERE run_id = ? AND status = 'finished'", [run_id]).fetchone():
+                db.execute("ROLLBACK")
+                return Claim("finished")
+            last = db.execute(
+                "SELECT attempt, outcome, host, pid, process_start FROM attempts WHERE run_id = ? ORDER BY attempt DESC LIMIT 1",
+                [run_id],
+            ).fetchone()
+            attempt = 1
+            if last:
+                previous, outcome, holder = last[0], last[1], Owner(*last[2:])
+                if outcome == "running":
+                    if holder != me and holder.alive():
+                        db.execute("ROLLBACK")
+                        return Claim("busy", holder=holder)
+                    db.execute("UPDATE attempts SET outcome = 'interrupted' WHERE run_id = ? AND attempt = ?", [run_id, previous])
+                attempt = previous + 1
+            db.execute(
+                "INSERT INTO attempts VALUES (?, ?, 'running', ?, ?, ?, ?, NULL)",
+                [run_id, attempt, me.host, me.pid, me.start, now()],
+            )
+            db.execute("COMMIT")
+        return Claim("claimed", attempt)
+
+    def record(self, run: dict, metrics: dict[str, float], attempt: int | None = None) -> None:
+        """Insert or replace one run and its metrics atomically.
+
+        With `attempt` (from claim) the same transaction closes that attempt with the run's status,
+        and nothing is written if this process no longer holds it."""
         row = dict(run, config=json.dumps(run["config"], sort_keys=True), versions=json.dumps(run["versions"]))
         columns = list(row)
         with self._connect() as db:
             db.execute("BEGIN TRANSACTION")
+            if attempt is not None:
+                holder = db.execute(
+                    "SELECT host, pid, process_start FROM attempts WHERE run_id = ? AND attempt = ? AND outcome = 'running'",
+                    [run["run_id"], attempt],
+                ).fetchone()
+                if holder is None or Owner(*holder) != Owner.me():
+                    raise ClbenchError(f"run {run['run_id']}: attempt {attempt} is no longer held by this process; its result is discarded")
+                db.execute(
+                    "UPDATE attempts SET outcome = ?, ended_at = ? WHERE run_id = ? AND attempt = ?",
+                    [run["status"], now(), run["run_id"], attempt],
+                )
             db.execute("DELETE FROM metrics WHERE run_id = ?", [run["run_id"]])
             db.execute("DELETE FROM runs WHERE run_id = ?", [run["run_id"]])
             db.execute(
@@ -105,13 +210,22 @@ class Store:
                 db.executemany(
                     "INSERT INTO metrics VALUES (?, ?, ?)", [(run["run_id"], k, float(v)) for k, v in sorted(metrics.items())]
                 )
+            fault_point("record")  # crash tests: SIGKILL here, mid-transaction
             db.execute("COMMIT")
 
     def query(self, sql: str, params: list | None = None) -> pd.DataFrame:
         if not self.path.exists():
             raise ClbenchError(f"results database {self.path} does not exist (run `clbench run` first)")
-        with self._connect() as db:
+        with self._connect(read_only=True) as db:
             return db.execute(sql, params or []).df()
+
+
+def _columns(db) -> dict[str, set[str]]:
+    rows = db.execute("SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'main'").fetchall()
+    found: dict[str, set[str]] = {}
+    for table, column in rows:
+        found.setdefault(table, set()).add(column)
+    return found
 
 
 def _first_line(error: Exception) -> str:
