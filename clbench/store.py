@@ -132,7 +132,8 @@ class Store:
             found = _columns(db)
         if not found:
             return  # an empty DuckDB file: the tables are created on the first write
-        expected = _columns(duckdb.connect(":memory:").execute(SCHEMA))
+        with duckdb.connect(":memory:") as memory:
+            expected = _columns(memory.execute(SCHEMA))
         for table in ("runs", "metrics"):
             missing = sorted(expected[table] - found.get(table, set()))
             if missing:

@@ -173,6 +173,16 @@ def test_a_result_whose_claim_was_taken_over_is_not_written(tmp_path):
     assert rows(store.path, "SELECT outcome FROM attempts") == [("running",)]
 
 
+def test_a_results_db_from_before_attempts_is_used_as_it_is(tiny, tmp_path):
+    db = tmp_path / "results.duckdb"
+    assert main(tiny.run_args(db, "--method", "et")) == 0
+    with duckdb.connect(str(db)) as connection:
+        connection.execute("DROP TABLE attempts")
+    assert main(tiny.run_args(db, "--method", "et,fft")) == 0  # et is skipped, fft claimed and recorded
+    assert rows(db, "SELECT count(*) FROM runs WHERE status = 'finished'") == [(2,)]
+    assert rows(db, "SELECT attempt, outcome FROM attempts") == [(1, "finished")]
+
+
 # --- divergence ---------------------------------------------------------------------------------------
 
 

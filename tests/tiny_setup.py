@@ -42,13 +42,15 @@ def save_tiny_model(path: Path, *, tokenizer=None, max_positions: int = 32) -> P
 
 def write_task(task_dir: Path, model: Path, *, name: str = TASK, budget: dict | None = None, params: dict | None = None,
                **fields) -> Path:
-    """tasks/arithmetic.yaml's generator under the tiny budget; keyword fields override the file's top level."""
+    """tasks/arithmetic.py's generator under the tiny budget; keyword fields override the file's top level
+    (with another `generator`, `params` are that generator's alone)."""
     task_dir.mkdir(parents=True, exist_ok=True)
     shutil.copy(builtin_task_dir() / "arithmetic.py", task_dir / "arithmetic.py")
+    arithmetic = "generator" not in fields
     spec = {
         "name": name, "version": 1, "description": "arithmetic under a tiny budget, for tests",
         "generator": "arithmetic.py:build", "model": str(model), "init": "random",
-        "budget": {**BUDGET, **(budget or {})}, "params": {**PARAMS, **(params or {})}, **fields,
+        "budget": {**BUDGET, **(budget or {})}, "params": {**(PARAMS if arithmetic else {}), **(params or {})}, **fields,
     }
     path = task_dir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
