@@ -1,7 +1,8 @@
 """The protocol: one function, the same for every task and method.
 
-    resolve config → load base and task data → (skip if already finished) → expand vocabulary
-    → train with the method under the task's budget → evaluate base and adapted → record
+    resolve config → load base and task data → check every input (plan) → (skip if already finished
+    or held by another live process) → claim → expand vocabulary → train with the method under the
+    task's budget → evaluate base and adapted → record (one transaction; see clbench/store.py)
 
 Base-model evaluations depend only on (model, data) and are computed once per process.
 """
@@ -98,20 +99,9 @@ class Plan:
     budget: Budget
 
 
-def run_one(
-    task: Task,
-    method: MethodSpec,
-    *,
-    seed: int,
-    store: Store,
-    session: Session,
-    model: str | None = None,
-    profile: str | None = None,
-    options: dict | None = None,
-    init: str | None = None,
-    n_train: int | None = None,
-) -> Outcome:
-    planned = plan(task, method, seed=seed, session=session, model=model, profile=profile, options=options, init=init, n_train=n_train)
+def run_one(task: Task, method: MethodSpec, *, seed: int, store: Store, session: Session, **how) -> Outcome:
+    """Plan, then run unless finished or held by another live process; `how`: plan()'s options."""
+    planned = plan(task, method, seed=seed, session=session, **how)
     run_id, config, method_config, base, data, budget = (
         planned.run_id, planned.config, planned.method_config, planned.base, planned.data, planned.budget)
     if store.status(run_id) == "finished":
