@@ -3,6 +3,7 @@
     clbench run --task all --method et
     clbench run --task arithmetic --method et,fft --seeds 0,1,2
     clbench ls tasks | methods ; clbench validate ; clbench results
+    clbench leaderboard --out leaderboard/out
 """
 
 from __future__ import annotations
@@ -69,8 +70,11 @@ def build_parser() -> Parser:
     run.add_argument("--n-train", type=positive_int, help="override the task's number of training examples")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="method option, e.g. lr=1e-3")
     run.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code to run")
+    run.add_argument("--device", default="auto", help="auto (the GPU if torch sees one), cpu, cuda or cuda:N")
     run.add_argument("--db", **db)
     run.add_argument("--task-dir", **task_dir)
+    run.add_argument("--lm-eval", metavar="TASKS", help="also score base and adapted model in-process with these lm-eval tasks, "
+                     "e.g. clbench_old_text,clbench_old_skill (shipped, offline) or any lm-eval task name (online)")
 
     ls = commands.add_parser("ls", help="list tasks or methods")
     ls.add_argument("what", choices=["tasks", "methods"])
@@ -83,13 +87,50 @@ def build_parser() -> Parser:
     results.add_argument("--db", **db)
     results.add_argument("--task", help="only this task")
 
+    sweep = commands.add_parser("sweep", help="sample-efficiency curve: run methods × n_train × seeds; only what is missing")
+    sweep.add_argument("--task", required=True, help="one task name")
+    sweep.add_argument("--method", required=True, help="method names, comma-separated, or 'all'")
+    sweep.add_argument("--n", required=True, help="comma-separated numbers of training examples, e.g. 10,50,200")
+    sweep.add_argument("--seeds", default="0", help="comma-separated seeds (default: 0)")
+    sweep.add_argument("--model", help="base model (default: the task's)")
+    sweep.add_argument("--profile", help="a task profile")
+    sweep.add_argument("--init", help="initialisation of the new rows (default: the task's)")
+    sweep.add_argument("--db", **db)
+    sweep.add_argument("--task-dir", **task_dir)
+    sweep.add_argument("--executor", default="inline", choices=["inline", "local", "slurm"],
+                       help="inline: this process; local/slurm: submitit jobs (see clbench/executors.py)")
+    sweep.add_argument("--workers", type=positive_int, default=1, help="submitit jobs the grid is split into")
+    sweep.add_argument("--executor-folder", default="clbench-jobs", help="submitit logs and pickles (shared FS on SLURM)")
+    sweep.add_argument("--slurm-partition")
+    sweep.add_argument("--gpus-per-job", type=int, default=0)
+    sweep.add_argument("--timeout-min", type=positive_int, default=240)
+    sweep.add_argument("--device", default="auto", help="auto (the GPU if torch sees one), cpu, cuda or cuda:N")
+
+    explain = commands.add_parser("explain", help="nearest old tokens and sparse decomposition of a run's learned new rows")
+    explain.add_argument("run_id", help="a finished run's id (or a unique prefix)")
+    explain.add_argument("-s", type=positive_int, default=4, help="old tokens in the sparse decomposition (default: 4)")
+    explain.add_argument("--db", **db)
+
+    board = commands.add_parser("leaderboard", help="write index.html, leaderboard.md and leaderboard.csv from a results DB")
+    board.add_argument("--db", **db)
+    board.add_argument("--out", type=Path, default=Path("leaderboard/out"), help="output folder (default: leaderboard/out)")
+
+    lm_eval = commands.add_parser("lm-eval", help="score a finished run's base and adapted model with lm-eval tasks (rebuilds the run)")
+    lm_eval.add_argument("--run", required=True, metavar="RUN_ID", help="a finished run's id (see the runs table)")
+    lm_eval.add_argument("--tasks", required=True, help="lm-eval task names, comma-separated, e.g. clbench_old_text,clbench_old_skill")
+    lm_eval.add_argument("--batch-size", type=positive_int, default=32)
+    lm_eval.add_argument("--db", **db)
+    lm_eval.add_argument("--task-dir", **task_dir)
+
     base = commands.add_parser("build-base", help="build (or rebuild with --force) the local arithmetic base model")
     base.add_argument("--force", action="store_true")
     return parser
 
 
 def cmd_run(args) -> int:
+    from clbench.expand import INIT_STRATEGIES
     from clbench.method import methods
+    from clbench.models import resolve_device
     from clbench.protocol import Session, plan, run_one
     from clbench.store import Store
     from clbench.taskspec import load_tasks
@@ -97,12 +138,16 @@ def cmd_run(args) -> int:
     tasks, registry = load_tasks(args.task_dir), methods()
     task_names, method_names = tasks.resolve(args.task), registry.resolve(args.method)
     seeds, options = parse_seeds(args.seeds), parse_options(args.set)
+    resolve_device(args.device)  # a bad --device fails before any model is loaded
+    if args.init is not None and args.init not in INIT_STRATEGIES:
+        raise ClbenchError(f"unknown init strategy {args.init!r}; known: {', '.join(INIT_STRATEGIES)}")
     if options and len(method_names) > 1:
         raise ClbenchError("--set applies to one method; name a single --method with it")
     for name in method_names:
         registry.get(name).config(options)  # fail on a bad option before any work
-    store, session = Store(args.db), Session(trust_remote_code=args.trust_remote_code)
+    store, session = Store(args.db), Session(trust_remote_code=args.trust_remote_code, device=args.device)
     store.check()
+    checker = lm_eval_checker(args.lm_eval) if args.lm_eval else None  # bad task names fail before any training
     runs = [
         dict(task=tasks.get(task_name), method=registry.get(method_name), seed=seed,
              model=args.model, profile=args.profile, options=options, init=args.init, n_train=args.n_train)
@@ -110,7 +155,20 @@ def cmd_run(args) -> int:
     ]
     for run in runs:
         plan(session=session, **run)  # every run's input is checked before the first one trains or writes
-    outcomes = [run_one(store=store, session=session, **run) for run in runs]
+    outcomes = []
+    for run in runs:
+        captured = {}
+        outcomes.append(run_one(
+            store=store, session=session, **run,
+            on_adapted=(lambda base, data, model, tokenizer: captured.update(base=base, data=data, model=model, tokenizer=tokenizer))
+            if checker else None,
+        ))
+        if checker and outcomes[-1].status in ("finished", "skipped"):  # not failed, nor left to another process
+            from clbench.lmeval import check_run, format_rows
+
+            # a run already in the DB (skipped) is rebuilt for lm-eval
+            rows = check_run(store, outcomes[-1].run_id, checker, captured or None, session, args.task_dir, only_missing=True)
+            print(format_rows(outcomes[-1].run_id, rows), file=sys.stderr)
     counts = {s: sum(o.status == s for o in outcomes) for s in ("finished", "skipped", "failed", "busy")}
     print(f"{len(outcomes)} runs: {counts['finished']} finished, {counts['skipped']} already in {args.db}, {counts['failed']} failed", file=sys.stderr)
     if counts["busy"]:
@@ -138,6 +196,22 @@ def summary(store, run_ids: list[str] | None = None, task: str | None = None) ->
     table = pd.concat([seeds, table[[m for m in SUMMARY_METRICS if m in table.columns]]], axis=1)
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.4g}".format):
         return table.to_string()
+
+
+def lm_eval_checker(text: str, batch_size: int = 32):
+    from clbench.lmeval import Checker, parse_tasks
+
+    return Checker(parse_tasks(text), batch_size)
+
+
+def cmd_lm_eval(args) -> int:
+    from clbench.lmeval import check_run, format_rows
+    from clbench.protocol import Session
+    from clbench.store import Store
+
+    store, checker = Store(args.db), lm_eval_checker(args.tasks, args.batch_size)
+    print(format_rows(args.run, check_run(store, args.run, checker, None, Session(), args.task_dir)))
+    return 0
 
 
 def cmd_ls(args) -> int:
@@ -180,6 +254,14 @@ def cmd_results(args) -> int:
     return 0
 
 
+def cmd_leaderboard(args) -> int:
+    from clbench.leaderboard import build
+
+    out = build(args.db, args.out)
+    print(f"wrote {out / 'index.html'}, {out / 'leaderboard.md'}, {out / 'leaderboard.csv'}")
+    return 0
+
+
 def cmd_build_base(args) -> int:
     from clbench.arith import load_or_build
 
@@ -187,7 +269,61 @@ def cmd_build_base(args) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "ls": cmd_ls, "validate": cmd_validate, "results": cmd_results, "build-base": cmd_build_base}
+def cmd_sweep(args) -> int:
+    from clbench.method import methods
+    from clbench.models import resolve_device
+    from clbench.protocol import Session
+    from clbench.store import Store
+    from clbench.sweep import curve, sweep
+    from clbench.taskspec import load_tasks
+
+    task, registry = load_tasks(args.task_dir).get(args.task), methods()
+    chosen = [registry.get(name) for name in registry.resolve(args.method)]
+    ns, seeds = parse_counts(args.n), parse_seeds(args.seeds)
+    resolve_device(args.device)
+    store = Store(args.db)
+    if args.executor == "inline":
+        outcomes = [(o.run_id, o.status) for o in sweep(
+            task, chosen, ns, seeds, store=store, session=Session(device=args.device), model=args.model, profile=args.profile, init=args.init)]
+    else:
+        from clbench.executors import RunRequest, execute
+
+        requests = [RunRequest(task.name, m.name, seed, str(Path(args.db).resolve()), n_train=n, model=args.model,
+                               profile=args.profile, init=args.init, device=args.device, task_dirs=tuple(str(d.resolve()) for d in args.task_dir))
+                    for m in chosen for n in ns for seed in seeds]
+        outcomes = [(run_id, status) for run_id, status, _ in execute(
+            requests, args.executor, workers=args.workers, folder=args.executor_folder, timeout_min=args.timeout_min,
+            slurm_partition=args.slurm_partition, gpus_per_job=args.gpus_per_job)]
+    counts = {s: sum(status == s for _, status in outcomes) for s in ("finished", "skipped", "failed")}
+    print(f"{len(outcomes)} runs: {counts['finished']} finished, {counts['skipped']} already in {args.db}, {counts['failed']} failed", file=sys.stderr)
+    import pandas as pd
+
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.4g}".format):
+        print(curve(store, [run_id for run_id, _ in outcomes]).to_string())
+    return 1 if counts["failed"] else 0
+
+
+def parse_counts(text: str) -> list[int]:
+    try:
+        counts = [positive_int(s) for s in text.split(",")]
+    except argparse.ArgumentTypeError:
+        raise ClbenchError(f"--n must be comma-separated positive integers, got {text!r}") from None
+    if len(set(counts)) != len(counts):
+        raise ClbenchError(f"--n names a count twice: {text!r}")
+    return counts
+
+
+def cmd_explain(args) -> int:
+    from clbench.explain import explain
+    from clbench.protocol import Session
+    from clbench.store import Store
+
+    print(explain(Store(args.db), args.run_id, s=args.s, session=Session()))
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "ls": cmd_ls, "validate": cmd_validate, "results": cmd_results, "build-base": cmd_build_base,
+            "sweep": cmd_sweep, "explain": cmd_explain, "leaderboard": cmd_leaderboard, "lm-eval": cmd_lm_eval}
 
 
 def main(argv: list[str] | None = None) -> int:

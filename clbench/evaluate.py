@@ -15,6 +15,10 @@ import torch.nn.functional as F
 
 from clbench import metrics
 from clbench.data import Encoded, collate
+from clbench.train import autocast
+
+
+POSITIONS_PER_CHUNK = 1024
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,7 @@ def _head(model, hidden: torch.Tensor, rows: int | None) -> torch.Tensor:
     bias = getattr(head, "bias", None)
     if bias is not None and rows is not None:
         bias = bias[:rows]
-    logits = F.linear(hidden, weight, bias)
+    logits = F.linear(hidden.to(weight.dtype), weight, bias)
     cap = getattr(model.config, "final_logit_softcapping", None)
     return torch.tanh(logits / cap) * cap if cap else logits
 
@@ -58,22 +62,30 @@ def score(model, encoded: list[Encoded], *, old_vocab: int, pad_id: int, batch_s
     nll_old = nll_full = 0.0
     n_old = n_full = 0
     correct_old, correct_full, example_of = [], [], []
+    # batches of similar lengths waste little on padding; the order is a function of the data
+    # alone, so base and adapted models still see identical batches
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].ids))
     for start in range(0, len(encoded), batch_size):
-        ids, attention, target_mask = collate(encoded[start : start + batch_size], pad_id)
+        members = order[start : start + batch_size]
+        ids, attention, target_mask = collate([encoded[i] for i in members], pad_id)
         ids, attention, target_mask = ids.to(device), attention.to(device), target_mask.to(device)
-        hidden = model.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state
+        with autocast(device):
+            hidden = model.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state
         h = hidden[:, :-1][target_mask]
         targets = ids[:, 1:][target_mask]
-        rows = torch.arange(start, start + ids.shape[0], device=device)[:, None].expand_as(target_mask)[target_mask]
-        logits_old = _head(model, h, old_vocab)
-        logits_full = _head(model, h, None) if full_vocab > old_vocab else logits_old
-        is_old = targets < old_vocab
-        nll_old += metrics.token_nll(logits_old[is_old], targets[is_old]).sum().item()
-        n_old += int(is_old.sum())
-        nll_full += metrics.token_nll(logits_full, targets).sum().item()
-        n_full += len(targets)
-        correct_old.append(logits_old.argmax(-1) == targets)
-        correct_full.append(logits_full.argmax(-1) == targets)
+        rows = torch.tensor(members, device=device)[:, None].expand_as(target_mask)[target_mask]
+        # chunks of positions bound the [positions, |V|] float64 log-softmax (49k-152k vocabularies)
+        for chunk in range(0, len(targets), POSITIONS_PER_CHUNK):
+            h_chunk, t_chunk = h[chunk : chunk + POSITIONS_PER_CHUNK], targets[chunk : chunk + POSITIONS_PER_CHUNK]
+            logits_old = _head(model, h_chunk, old_vocab)
+            logits_full = _head(model, h_chunk, None) if full_vocab > old_vocab else logits_old
+            is_old = t_chunk < old_vocab
+            nll_old += metrics.token_nll(logits_old[is_old], t_chunk[is_old]).sum().item()
+            n_old += int(is_old.sum())
+            nll_full += metrics.token_nll(logits_full, t_chunk).sum().item()
+            n_full += len(t_chunk)
+            correct_old.append(logits_old.argmax(-1) == t_chunk)
+            correct_full.append(logits_full.argmax(-1) == t_chunk)
         example_of.append(rows)
     model.train(was_training)
     example_of = torch.cat(example_of).cpu()

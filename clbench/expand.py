@@ -11,8 +11,10 @@ from dataclasses import dataclass
 import torch
 
 from clbench.errors import ClbenchError
+from clbench.sparse import omp
 
-INIT_STRATEGIES = ("random", "mean", "subword-mean")
+INIT_STRATEGIES = ("random", "mean", "subword-mean", "omp")
+OMP_ATOMS = 8  # `omp` init: old rows per new row
 
 
 @dataclass(frozen=True)
@@ -90,4 +92,10 @@ def initial_rows(old: torch.Tensor, pieces: list[list[int]], init: str, generato
         noise = torch.randn((len(pieces), old.shape[1]), generator=generator)
         return mean + noise * old.std()
     # subword-mean: what the old tokenizer made of the token's string
-    return torch.stack([old[ids].mean(0) if ids else mean for ids in pieces])
+    subword = torch.stack([old[ids].mean(0) if ids else mean for ids in pieces])
+    if init == "omp":
+        # the best OMP_ATOMS-sparse combination of old rows approximating the subword mean: the
+        # paper's token-to-dictionary form from the start (a token of many pieces keeps the few
+        # rows that explain most of their mean; one of at most OMP_ATOMS pieces lies in their span)
+        return torch.stack([omp(old, row, OMP_ATOMS).reconstruction(old).float() for row in subword])
+    return subword

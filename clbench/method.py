@@ -29,6 +29,10 @@ class Adapter(Protocol):
 
     def finalize(self): ...  # → the model to evaluate, new rows written into it
 
+    # Optional: training_examples(train, replay) -> list[Encoded]. If an adapter defines it, the
+    # protocol trains on what it returns instead of `train` (replay: the task's replay_text,
+    # encoded like plain text). The one hook for methods that rehearse old data.
+
 
 @dataclass(frozen=True)
 class MethodSpec:

@@ -38,19 +38,32 @@ def fingerprint(model: torch.nn.Module) -> str:
     return digest.hexdigest()[:16]
 
 
-def load_base(ref: str, *, log=print, trust_remote_code: bool = False) -> Base:
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name not in ("cpu", "cuda") and not name.startswith("cuda:"):
+        raise ClbenchError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ClbenchError(f"device {name!r} asked for, but torch sees no CUDA GPU")
+    return torch.device(name)
+
+
+def load_base(ref: str, *, log=print, trust_remote_code: bool = False, device: torch.device = torch.device("cpu")) -> Base:
+    """On CUDA, hub and local models load in bf16 (training autocasts, trainable new rows keep fp32
+    masters); on CPU everything is fp32."""
     if ref.startswith("builtin:"):
         name = ref.removeprefix("builtin:")
         if name not in BUILTIN:
             raise ClbenchError(f"unknown builtin model {ref!r}; known: {', '.join('builtin:' + n for n in BUILTIN)}")
         model, tokenizer = BUILTIN[name](log)
     else:
-        model, tokenizer = _from_pretrained(ref, trust_remote_code)
-    model.eval()
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        model, tokenizer = _from_pretrained(ref, trust_remote_code, dtype)
+    model.to(device).eval()
     return Base(ref, model, tokenizer, fingerprint(model))
 
 
-def _from_pretrained(ref: str, trust_remote_code: bool):
+def _from_pretrained(ref: str, trust_remote_code: bool, dtype: torch.dtype):
     path = Path(ref).expanduser()
     looks_local = ref.startswith((".", "/", "~")) or path.exists()
     if looks_local and not path.is_dir():
@@ -58,7 +71,7 @@ def _from_pretrained(ref: str, trust_remote_code: bool):
     try:
         tokenizer = AutoTokenizer.from_pretrained(path if looks_local else ref, trust_remote_code=trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(
-            path if looks_local else ref, trust_remote_code=trust_remote_code, use_safetensors=True
+            path if looks_local else ref, trust_remote_code=trust_remote_code, use_safetensors=True, dtype=dtype
         )
     except (OSError, ValueError) as error:
         where = "the local directory" if looks_local else "the Hugging Face hub (no network?)"

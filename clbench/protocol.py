@@ -23,9 +23,10 @@ from clbench import metrics as M
 from clbench.data import Encoded, TaskData, encode_examples, encode_texts
 from clbench.errors import ClbenchError, DivergedError
 from clbench.evaluate import Scores, score
-from clbench.expand import check_expansion, expand
+from clbench.expand import INIT_STRATEGIES, check_expansion, expand
+from clbench.explain import rows_file, save_new_rows
 from clbench.method import MethodSpec
-from clbench.models import Base, load_base
+from clbench.models import Base, load_base, resolve_device
 from clbench.provenance import git_commit, versions
 from clbench.store import Store, now
 from clbench.taskspec import Budget, Task
@@ -41,6 +42,7 @@ class Session:
     """What a process computes once and reuses across runs: base models, task data, base scores."""
 
     trust_remote_code: bool = False
+    device: str = "auto"  # auto: the GPU when torch sees one
     bases: dict[str, Base] = field(default_factory=dict)
     datasets: dict[tuple, TaskData] = field(default_factory=dict)
     base_scores: dict[tuple, tuple[Scores, Scores]] = field(default_factory=dict)
@@ -48,7 +50,7 @@ class Session:
     def base(self, ref: str) -> Base:
         if ref not in self.bases:
             log(f"loading base model {ref}")
-            self.bases[ref] = load_base(ref, log=log, trust_remote_code=self.trust_remote_code)
+            self.bases[ref] = load_base(ref, log=log, trust_remote_code=self.trust_remote_code, device=resolve_device(self.device))
         return self.bases[ref]
 
     def data(self, task: Task, params, base: Base) -> TaskData:
@@ -99,11 +101,15 @@ class Plan:
     budget: Budget
 
 
-def run_one(task: Task, method: MethodSpec, *, seed: int, store: Store, session: Session, **how) -> Outcome:
-    """Plan, then run unless finished or held by another live process; `how`: plan()'s options."""
+def run_one(task: Task, method: MethodSpec, *, seed: int, store: Store, session: Session, on_adapted=None, **how) -> Outcome:
+    """Plan, then run unless finished or held by another live process; `how`: plan()'s options.
+
+    on_adapted(base, data, adapted_model, tokenizer), if given, sees the adapted model in memory
+    after evaluation (lm-eval checks); it is not called for skipped or failed runs."""
     planned = plan(task, method, seed=seed, session=session, **how)
     run_id, config, method_config, base, data, budget = (
         planned.run_id, planned.config, planned.method_config, planned.base, planned.data, planned.budget)
+    init = config["init"]
     if store.status(run_id) == "finished":
         return Outcome(run_id, "skipped", {})
     # the claim makes an interruption visible to the next command, which retries the run
@@ -119,7 +125,8 @@ def run_one(task: Task, method: MethodSpec, *, seed: int, store: Store, session:
     log(f"{task.name} × {method.name} (seed {seed}, model {base.ref}, n_train {budget.n_train}, {budget.steps} steps)")
     started = now()
     try:
-        values = adapt_and_evaluate(base, data, method, method_config, budget, config["init"], seed, session)
+        values = adapt_and_evaluate(base, data, method, method_config, budget, init, seed, session,
+                                    rows_path=rows_file(run_id), on_adapted=on_adapted)
         status, reason = "finished", None
     except DivergedError as error:
         values, status, reason = {}, "failed", str(error)
@@ -152,7 +159,12 @@ def plan(
     # 1. resolve: everything that determines the result goes into the config, and the run_id hashes it
     default_model, budget, params = task.resolved(profile)
     if n_train is not None:
+        if n_train < 1:
+            raise ClbenchError(f"n_train must be a positive integer, got {n_train}")
         budget = budget.model_copy(update={"n_train": n_train})
+    init = init or task.spec.init
+    if init not in INIT_STRATEGIES:
+        raise ClbenchError(f"unknown init strategy {init!r}; known: {', '.join(INIT_STRATEGIES)}")
     method_config = method.config(options)
     base = session.base(model or default_model)
     data = session.data(task, params, base)
@@ -162,11 +174,11 @@ def plan(
         "task": task.name, "task_version": task.spec.version, "profile": profile,
         "params": params.model_dump(), "budget": budget.model_dump(),
         "method": method.name, "method_config": asdict(method_config), "train_vocab": method.train_vocab,
-        "model": base.ref, "init": init or task.spec.init, "seed": seed,
+        "model": base.ref, "init": init, "seed": seed,
         "model_fingerprint": base.fingerprint, "data_fingerprint": data.fingerprint(),
     }
     run_id = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
-    preflight(base, data, budget, config["init"])
+    preflight(base, data, budget, init)
     return Plan(run_id, config, method_config, base, data, budget)
 
 
@@ -179,7 +191,8 @@ def preflight(base: Base, data: TaskData, budget: Budget, init: str) -> None:
     old_sets(base, data)
 
 
-def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_config, budget, init: str, seed: int, session: Session) -> dict[str, float]:
+def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_config, budget, init: str, seed: int, session: Session,
+                       rows_path=None, on_adapted=None) -> dict[str, float]:
     old_vocab, pad = len(base.tokenizer), base.tokenizer.pad_token_id
     base_old, base_skill = session.scores_of_base(base, data, budget.eval_batch_size)
 
@@ -194,6 +207,8 @@ def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_co
 
     # 3. train under the task's budget; the method decides only what is trainable
     adapter = method.setup(model, expansion, method_config)
+    if hasattr(adapter, "training_examples"):  # optional hook (clbench/method.py): rehearsal of old text
+        train_set = adapter.training_examples(train_set, encode_texts(tokenizer, data.replay_text, base.max_length))
     trainable = sum(p.numel() for group in adapter.param_groups for p in group["params"])
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
@@ -210,6 +225,8 @@ def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_co
         on_step=progress,
     )
     adapted = adapter.finalize()
+    if rows_path is not None:  # the learned new rows, for `clbench explain`
+        save_new_rows(rows_path, adapted, old_vocab, data.new_tokens)
 
     # 4. evaluate the adapted model on the same data the base was scored on
     old_set, skill_set = old_sets(base, data)
@@ -224,6 +241,8 @@ def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_co
     for name in ("target_loss", "target_loss_full", "forgetting_oldvocab", "forgetting_full"):
         if not math.isfinite(values[name]):
             raise DivergedError(f"non-finite {name} ({values[name]}) after training")
+    if on_adapted is not None:
+        on_adapted(base, data, adapted, tokenizer)
     return values
 
 

@@ -70,6 +70,18 @@ CREATE TABLE IF NOT EXISTS attempts (
     ended_at TIMESTAMP,           -- NULL while running and for an interrupted attempt
     PRIMARY KEY (run_id, attempt)
 );
+CREATE TABLE IF NOT EXISTS lm_eval (
+    run_id VARCHAR NOT NULL,
+    task VARCHAR NOT NULL,        -- lm-eval task name
+    metric VARCHAR NOT NULL,      -- lm-eval metric, ",filter" appended unless the filter is 'none'
+    base DOUBLE,                  -- the base model
+    adapted DOUBLE,               -- the run's adapted model (full softmax over V ∪ U)
+    delta DOUBLE,                 -- adapted − base
+    lm_eval_version VARCHAR,
+    task_version VARCHAR,
+    task_hash VARCHAR,            -- sha256 over documents, prompts and targets, as lm-eval's tracker computes it
+    PRIMARY KEY (run_id, task, metric)
+);
 CREATE OR REPLACE VIEW results AS
     SELECT r.run_id, r.task, r.method, r.model, r.seed, m.metric, m.value, r.status
     FROM runs r LEFT JOIN metrics m USING (run_id);
@@ -212,6 +224,19 @@ class Store:
                     "INSERT INTO metrics VALUES (?, ?, ?)", [(run["run_id"], k, float(v)) for k, v in sorted(metrics.items())]
                 )
             fault_point("record")  # crash tests: SIGKILL here, mid-transaction
+            db.execute("COMMIT")
+
+    def record_lm_eval(self, run_id: str, rows: list[dict]) -> None:
+        """Replace a run's lm-eval rows for the tasks in `rows`, atomically."""
+        columns = ["task", "metric", "base", "adapted", "delta", "lm_eval_version", "task_version", "task_hash"]
+        with self._connect() as db:
+            db.execute("BEGIN TRANSACTION")
+            for task in sorted({r["task"] for r in rows}):
+                db.execute("DELETE FROM lm_eval WHERE run_id = ? AND task = ?", [run_id, task])
+            db.executemany(
+                f"INSERT INTO lm_eval (run_id, {', '.join(columns)}) VALUES (?{', ?' * len(columns)})",
+                [[run_id] + [r[c] for c in columns] for r in rows],
+            )
             db.execute("COMMIT")
 
     def query(self, sql: str, params: list | None = None) -> pd.DataFrame:

@@ -6,6 +6,7 @@ from another only in which parameters it hands over and how the model computes.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass
@@ -27,6 +28,11 @@ class TrainResult:
     seconds: float
 
 
+def autocast(device: torch.device):
+    """bf16 compute on CUDA (fp32 parameters stay fp32 masters); plain fp32 on CPU."""
+    return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
+
+
 def warmup_cosine(warmup: int, total: int) -> Callable[[int], float]:
     def factor(step: int) -> float:
         if step < warmup:
@@ -38,7 +44,7 @@ def warmup_cosine(warmup: int, total: int) -> Callable[[int], float]:
 
 
 def epoch_batches(n: int, batch_size: int, steps: int, generator: torch.Generator):
-    """Index batches from successive shuffled epochs; a batch never mixes two epochs' orders."""
+    """Index batches cut from a stream of successive shuffled epochs (each index once per epoch)."""
     order: list[int] = []
     for _ in range(steps):
         if len(order) < batch_size:
@@ -75,10 +81,11 @@ def train(
     start = time.perf_counter()
     for step, batch in enumerate(epoch_batches(len(examples), batch_size, steps, generator)):
         ids, attention, target_mask = (t.to(device) for t in collate([examples[i] for i in batch], pad_id))
-        logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]
-        if vocab_limit is not None:
-            logits = logits[..., :vocab_limit]
-        loss = F.cross_entropy(logits[target_mask].float(), ids[:, 1:][target_mask])
+        with autocast(device):
+            logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]
+            if vocab_limit is not None:
+                logits = logits[..., :vocab_limit]
+            loss = F.cross_entropy(logits[target_mask].float(), ids[:, 1:][target_mask])
         loss_value = loss.item()
         if not math.isfinite(loss_value):
             raise DivergedError(f"non-finite training loss at step {step}")

@@ -21,7 +21,7 @@ from transformers import PreTrainedTokenizerFast
 from transformers.utils import logging as transformers_logging
 
 from clbench.cli import main
-from tiny_setup import TASK, cli_env, run_clbench, save_tiny_model, tiny, write_task  # noqa: F401  (tiny: a fixture)
+from tiny_setup import TASK, cli_env, run_clbench, save_tiny_model, tiny_cli, write_task  # noqa: F401  (tiny_cli: a fixture)
 
 READ_ONLY_DIR = Path("/sys")  # refuses new files even to root (chmod does not): EACCES, or EROFS in containers
 
@@ -29,19 +29,19 @@ READ_ONLY_DIR = Path("/sys")  # refuses new files even to root (chmod does not):
 class Case:
     """A workspace for one case: a copy of the reference DB, the tiny model and task, room for bad files."""
 
-    def __init__(self, tiny, root: Path, reference_db: Path):
-        self.tiny, self.root = tiny, root
+    def __init__(self, tiny_cli, root: Path, reference_db: Path):
+        self.tiny_cli, self.root = tiny_cli, root
         self.db = root / "results.duckdb"
         shutil.copy(reference_db, self.db)
 
     def run(self, *extra: str, task_dir: Path | None = None) -> list[str]:
         # argparse keeps the last of a repeated option, so a case overrides --task/--method/--db by repeating it
-        return ["run", "--task", TASK, "--method", "et", "--task-dir", str(task_dir or self.tiny.tasks), "--db", str(self.db), *extra]
+        return ["run", "--task", TASK, "--method", "et", "--task-dir", str(task_dir or self.tiny_cli.tasks), "--db", str(self.db), *extra]
 
     def task(self, name: str = TASK, **fields) -> Path:
         """A task folder holding tiny-arith with some fields changed; → the folder."""
         folder = self.root / f"tasks-{name}"
-        write_task(folder, self.tiny.model, name=name, **fields)
+        write_task(folder, self.tiny_cli.model, name=name, **fields)
         return folder
 
     def generator_task(self, source: str, *, files: dict[str, bytes] = {}) -> Path:
@@ -51,7 +51,7 @@ class Case:
         (folder / "custom.py").write_text(source)
         for name, content in files.items():
             (folder / name).write_bytes(content)
-        write_task(folder, self.tiny.model, name="custom", generator="custom.py:build")
+        write_task(folder, self.tiny_cli.model, name="custom", generator="custom.py:build")
         return folder
 
     def file(self, name: str, content: bytes) -> Path:
@@ -75,7 +75,7 @@ def build(params, tokenizer):
 
 
 def bpe_model(case: Case) -> Path:
-    """A tiny model whose byte-level BPE vocabulary has the word " times" as one token, "Ġtimes"."""
+    """A tiny_cli model whose byte-level BPE vocabulary has the word " times" as one token, "Ġtimes"."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -173,9 +173,9 @@ def snapshot(root: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def reference_db(tiny, tmp_path_factory) -> Path:
+def reference_db(tiny_cli, tmp_path_factory) -> Path:
     db = tmp_path_factory.mktemp("bad-input") / "results.duckdb"
-    assert main(tiny.run_args(db, "--method", "et")) == 0
+    assert main(tiny_cli.run_args(db, "--method", "et")) == 0
     with duckdb.connect(str(db), read_only=True) as connection:
         assert connection.execute("SELECT count(*) FROM runs WHERE status = 'finished'").fetchone() == (1,)
     return db
@@ -183,8 +183,8 @@ def reference_db(tiny, tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("runner", ["in-process", pytest.param("subprocess", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name, argv, expected", CASES, ids=[c[0] for c in CASES])
-def test_bad_input_ends_with_one_line_and_changes_nothing(name, argv, expected, runner, tiny, reference_db, tmp_path, capfd, monkeypatch):
-    case = Case(tiny, tmp_path, reference_db)
+def test_bad_input_ends_with_one_line_and_changes_nothing(name, argv, expected, runner, tiny_cli, reference_db, tmp_path, capfd, monkeypatch):
+    case = Case(tiny_cli, tmp_path, reference_db)
     args = argv(case)
     before = snapshot(tmp_path)
     monkeypatch.setenv("CLBENCH_CACHE", str(tmp_path.parent / f"{tmp_path.name}-cache"))

@@ -1,6 +1,6 @@
 """Nothing lost, nothing corrupted: crash and resume, concurrent writers, divergence, determinism.
 
-Real `clbench run` processes on a tiny local model (tests/tiny_setup.py) are SIGKILLed at named points
+Real `clbench run` processes on a tiny_cli local model (tests/tiny_setup.py) are SIGKILLed at named points
 (clbench/faults.py, CLBENCH_TEST_FAULT) and the same command is run again.
 """
 
@@ -21,7 +21,8 @@ from clbench.errors import ClbenchError, DivergedError
 from clbench.owner import Owner, start_token
 from clbench.store import Store
 from clbench.train import train
-from tiny_setup import clbench_process, cli_env, run_clbench, tiny  # noqa: F401  (tiny: a fixture)
+from conftest import run_row
+from tiny_setup import clbench_process, cli_env, run_clbench, tiny_cli  # noqa: F401  (tiny_cli: a fixture)
 
 SWEEP = ["--method", "et,fft", "--seeds", "0,1"]  # 4 runs of 6 steps each, in this order: et/0, et/1, fft/0, fft/1
 # Wall-clock time and the process's memory high-water mark measure the machine and its load, not the
@@ -51,16 +52,16 @@ def _running(db) -> str:
 
 
 @pytest.fixture(scope="module")
-def reference(tiny, tmp_path_factory):
+def reference(tiny_cli, tmp_path_factory):
     """The sweep run once, uninterrupted, in its own process."""
     root = tmp_path_factory.mktemp("reference")
-    done = run_clbench(tiny.run_args(root / "results.duckdb", *SWEEP), cli_env(root / "cache"))
+    done = run_clbench(tiny_cli.run_args(root / "results.duckdb", *SWEEP), cli_env(root / "cache"))
     assert done.returncode == 0, done.stderr
     return metrics_of(root / "results.duckdb")
 
 
-def test_the_same_command_twice_gives_identical_metrics(tiny, reference, tmp_path):
-    again = run_clbench(tiny.run_args(tmp_path / "results.duckdb", *SWEEP), cli_env(tmp_path / "cache"))
+def test_the_same_command_twice_gives_identical_metrics(tiny_cli, reference, tmp_path):
+    again = run_clbench(tiny_cli.run_args(tmp_path / "results.duckdb", *SWEEP), cli_env(tmp_path / "cache"))
     assert again.returncode == 0, again.stderr
     second = metrics_of(tmp_path / "results.duckdb")
     assert len(second) == 4 and second.keys() == reference.keys()  # same configs → same run ids
@@ -69,10 +70,10 @@ def test_the_same_command_twice_gives_identical_metrics(tiny, reference, tmp_pat
 
 
 @pytest.mark.parametrize("fault", ["train-step:kill@9", "record:kill@2"], ids=["mid-training", "mid-write"])
-def test_a_killed_sweep_rerun_finishes_with_one_record_per_run(tiny, reference, tmp_path, fault):
+def test_a_killed_sweep_rerun_finishes_with_one_record_per_run(tiny_cli, reference, tmp_path, fault):
     # train-step@9: step 3 of the 2nd run (et, seed 1); record@2: inside the 2nd run's write, before COMMIT
     db, env = tmp_path / "results.duckdb", cli_env(tmp_path / "cache")
-    killed = clbench_process(tiny.run_args(db, *SWEEP), {**env, "CLBENCH_TEST_FAULT": fault})
+    killed = clbench_process(tiny_cli.run_args(db, *SWEEP), {**env, "CLBENCH_TEST_FAULT": fault})
     killed.communicate(timeout=120)
     assert killed.returncode == -signal.SIGKILL
 
@@ -82,7 +83,7 @@ def test_a_killed_sweep_rerun_finishes_with_one_record_per_run(tiny, reference, 
     assert {run for run, in rows(db, "SELECT DISTINCT run_id FROM metrics")} == {finished}
     assert interrupted in reference and interrupted != finished
 
-    rerun = run_clbench(tiny.run_args(db, *SWEEP), env)
+    rerun = run_clbench(tiny_cli.run_args(db, *SWEEP), env)
     assert rerun.returncode == 0, rerun.stderr
     assert f"retrying run {interrupted} (attempt 2;" in rerun.stderr
     assert "4 runs: 3 finished, 1 already in" in rerun.stderr
@@ -98,11 +99,11 @@ def test_a_killed_sweep_rerun_finishes_with_one_record_per_run(tiny, reference, 
 
 
 @pytest.mark.slow
-def test_four_processes_on_one_db_train_every_run_exactly_once(tiny, reference, tmp_path):
+def test_four_processes_on_one_db_train_every_run_exactly_once(tiny_cli, reference, tmp_path):
     db = tmp_path / "results.duckdb"
     # 8 runs; a 0.2 s pause per step stretches each to ~1.2 s so the four processes overlap
     env = cli_env(tmp_path / "cache", CLBENCH_TEST_FAULT="train-step:sleep=0.2")
-    processes = [clbench_process(tiny.run_args(db, "--method", "et,fft", "--seeds", "0,1,2,3"), env) for _ in range(4)]
+    processes = [clbench_process(tiny_cli.run_args(db, "--method", "et,fft", "--seeds", "0,1,2,3"), env) for _ in range(4)]
     results = [(p.wait(timeout=600), *p.communicate()) for p in processes]
     assert [code for code, _, _ in results] == [0, 0, 0, 0], [err for _, _, err in results]
 
@@ -127,12 +128,6 @@ def dead_pid() -> int:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     return child.pid
-
-
-def run_row(run_id: str, status: str = "finished") -> dict:
-    return {"run_id": run_id, "task": "t", "task_version": 1, "method": "m", "model": "x", "seed": 0, "status": status,
-            "reason": None, "config": {}, "model_fingerprint": None, "data_fingerprint": None, "versions": {},
-            "git_commit": None, "started_at": None, "finished_at": None}
 
 
 def test_a_run_held_by_a_live_process_is_left_to_it(tmp_path, monkeypatch):
@@ -173,12 +168,12 @@ def test_a_result_whose_claim_was_taken_over_is_not_written(tmp_path):
     assert rows(store.path, "SELECT outcome FROM attempts") == [("running",)]
 
 
-def test_a_results_db_from_before_attempts_is_used_as_it_is(tiny, tmp_path):
+def test_a_results_db_from_before_attempts_is_used_as_it_is(tiny_cli, tmp_path):
     db = tmp_path / "results.duckdb"
-    assert main(tiny.run_args(db, "--method", "et")) == 0
+    assert main(tiny_cli.run_args(db, "--method", "et")) == 0
     with duckdb.connect(str(db)) as connection:
         connection.execute("DROP TABLE attempts")
-    assert main(tiny.run_args(db, "--method", "et,fft")) == 0  # et is skipped, fft claimed and recorded
+    assert main(tiny_cli.run_args(db, "--method", "et,fft")) == 0  # et is skipped, fft claimed and recorded
     assert rows(db, "SELECT count(*) FROM runs WHERE status = 'finished'") == [(2,)]
     assert rows(db, "SELECT attempt, outcome FROM attempts") == [(1, "finished")]
 
@@ -186,11 +181,11 @@ def test_a_results_db_from_before_attempts_is_used_as_it_is(tiny, tmp_path):
 # --- divergence ---------------------------------------------------------------------------------------
 
 
-def test_a_diverging_run_is_failed_with_its_reason_and_the_sweep_goes_on(tiny, tmp_path, capsys):
+def test_a_diverging_run_is_failed_with_its_reason_and_the_sweep_goes_on(tiny_cli, tmp_path, capsys):
     db = tmp_path / "results.duckdb"
-    assert main(tiny.run_args(db, "--method", "et")) == 0
+    assert main(tiny_cli.run_args(db, "--method", "et")) == 0
     # lr 1e30 makes FFT's weights overflow: the loss of the 2nd step is NaN, for both seeds
-    assert main(tiny.run_args(db, "--method", "fft", "--seeds", "0,1", "--set", "lr=1e30")) == 1
+    assert main(tiny_cli.run_args(db, "--method", "fft", "--seeds", "0,1", "--set", "lr=1e30")) == 1
     err = capsys.readouterr().err
     assert err.count("failed: non-finite training loss at step 1") == 2
     assert "2 runs: 0 finished, 0 already in" in err and "2 failed" in err

@@ -15,27 +15,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from clbench.arith import char_tokenizer
 from clbench.taskspec import builtin_task_dir
+from conftest import tiny_llama
 
 TASK = "tiny-arith"
 BUDGET = {"n_train": 16, "steps": 6, "batch_size": 4, "eval_batch_size": 64}
 PARAMS = {"n_test": 20, "n_old_skill": 20, "n_old_text": 20, "n_replay": 10}
 
 
-def save_tiny_model(path: Path, *, tokenizer=None, max_positions: int = 32) -> Path:
+def save_tiny_model(path: Path, *, tokenizer=None) -> Path:
+    """conftest's tiny Llama (context 32), saved as a local model folder a subprocess can load."""
     tokenizer = tokenizer or char_tokenizer()
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=max_positions, tie_word_embeddings=False,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-    )
-    LlamaForCausalLM(config).save_pretrained(path)
+    tiny_llama(tokenizer, tied=False).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
 
@@ -82,7 +76,7 @@ class Tiny:
 
 
 @pytest.fixture(scope="session")
-def tiny(tmp_path_factory) -> Tiny:
+def tiny_cli(tmp_path_factory) -> Tiny:
     """The tiny model and the tiny-arith task, built once per test session (import this fixture)."""
     root = tmp_path_factory.mktemp("tiny")
     model = save_tiny_model(root / "model")

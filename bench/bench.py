@@ -1,0 +1,219 @@
+"""Side-by-side speed and memory ratios for clbench, medians over repeats.
+
+    python bench/bench.py                 # all sections, 5 repeats
+    python bench/bench.py --only overhead --repeats 7
+
+Each ratio is measured within one run, configurations interleaved, so machine noise hits both sides.
+Memory is a child process's peak resident set (a fresh process per configuration), since on CPU
+there is no allocator counter to reset between configurations in one process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from clbench.data import Example, collate, encode_examples
+from clbench.expand import expand
+from clbench.method import methods
+from clbench.train import epoch_batches, train
+
+
+def arith_setup(n_train: int = 200):
+    """The arithmetic base and task data, as a run of the arithmetic task sees them."""
+    from clbench.arith import load_or_build
+    from clbench.taskspec import load_tasks
+
+    model, tokenizer = load_or_build()
+    task = load_tasks().get("arithmetic")
+    data = task.build(task.resolved()[2], tokenizer)
+    return model, tokenizer, data.new_tokens, data.train[:n_train]
+
+
+def expanded(model, tokenizer, new_tokens):
+    model, tokenizer = copy.deepcopy(model), copy.deepcopy(tokenizer)
+    expansion = expand(model, tokenizer, new_tokens, init="random", seed=0)
+    return model, tokenizer, expansion
+
+
+def clbench_et(model, tokenizer, new_tokens, examples, steps, batch_size) -> float:
+    """tokens/s of ET through clbench's method registry and training loop."""
+    model, tokenizer, expansion = expanded(model, tokenizer, new_tokens)
+    encoded = encode_examples(tokenizer, examples, 64)
+    spec = methods().get("et")
+    adapter = spec.setup(model, expansion, spec.config())
+    result = train(model, adapter.param_groups, encoded, steps=steps, batch_size=batch_size, lr=3e-2, seed=0,
+                   pad_id=tokenizer.pad_token_id, vocab_limit=expansion.old_vocab)
+    return result.tokens_seen / result.seconds
+
+
+def hand_written_et(model, tokenizer, new_tokens, examples, steps, batch_size) -> float:
+    """The minimal loop a researcher would write: the same rows, batches, optimizer and loss."""
+    model, tokenizer, expansion = expanded(model, tokenizer, new_tokens)
+    encoded = encode_examples(tokenizer, examples, 64)
+    batches = [collate([encoded[i] for i in b], tokenizer.pad_token_id)
+               for b in epoch_batches(len(encoded), batch_size, steps, torch.Generator().manual_seed(0))]
+    model.requires_grad_(False)
+    table = model.get_input_embeddings().weight
+    V = expansion.old_vocab
+    rows = torch.nn.Parameter(table[V:].clone())
+    optimizer = torch.optim.AdamW([rows], lr=3e-2, weight_decay=0.0)
+    tokens = 0
+    start = time.perf_counter()
+    for ids, attention, target in batches:
+        embeds = torch.where((ids >= V)[..., None], rows[(ids - V).clamp(min=0)], F.embedding(ids, table))
+        logits = model(inputs_embeds=embeds, attention_mask=attention).logits[:, :-1, :V]
+        loss = F.cross_entropy(logits[target], ids[:, 1:][target])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        tokens += int(attention.sum())
+    return tokens / (time.perf_counter() - start)
+
+
+def section_overhead(args) -> dict:
+    model, tokenizer, new_tokens, examples = arith_setup()
+    ours, hand = [], []
+    for _ in range(args.repeats):
+        ours.append(clbench_et(model, tokenizer, new_tokens, examples, args.steps, 32))
+        hand.append(hand_written_et(model, tokenizer, new_tokens, examples, args.steps, 32))
+    return {"clbench_et_tokens_per_s": statistics.median(ours), "hand_loop_tokens_per_s": statistics.median(hand),
+            "ratio": statistics.median(ours) / statistics.median(hand), "target": ">= 0.95"}
+
+
+SMOL_SHAPE = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                  num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=2048, tie_word_embeddings=True)
+
+
+def child_step_cost(method: str, shape: str, steps: int) -> dict:
+    """Runs in a fresh process: median seconds per step and this process's peak RSS."""
+    torch.manual_seed(0)
+    if shape == "arith":
+        model, tokenizer, new_tokens, examples = arith_setup()
+        seq, batch = None, 32
+    else:  # a random-weight model of SmolLM2-135M's shape: the cost does not depend on the weights
+        from clbench.arith import char_tokenizer
+
+        model, tokenizer = LlamaForCausalLM(LlamaConfig(**SMOL_SHAPE)), char_tokenizer()
+        model.resize_token_embeddings(len(tokenizer))  # keep ids valid; the width is what costs
+        model.resize_token_embeddings(SMOL_SHAPE["vocab_size"])
+        digits = "0123456789" * 13
+        examples, new_tokens, batch = [Example(digits[:64] + "<spec>", digits[:64])] * 8, ["<spec>"], 4
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    model, tokenizer, expansion = expanded(model, tokenizer, new_tokens)
+    encoded = encode_examples(tokenizer, examples, 512)
+    spec = methods().get(method)
+    adapter = spec.setup(model, expansion, spec.config())
+    times = []
+    train(model, adapter.param_groups, encoded, steps=1, batch_size=batch, lr=1e-4, seed=0, pad_id=tokenizer.pad_token_id,
+          vocab_limit=expansion.old_vocab if spec.train_vocab == "old" else None)  # warm-up
+    for step in range(steps):
+        result = train(model, adapter.param_groups, encoded, steps=1, batch_size=batch, lr=1e-4, seed=step,
+                       pad_id=tokenizer.pad_token_id, vocab_limit=expansion.old_vocab if spec.train_vocab == "old" else None)
+        times.append(result.seconds)
+    state = sum(p.numel() for g in adapter.param_groups for p in g["params"])
+    return {"seconds_per_step": statistics.median(times), "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "rss_before_training_mb": rss_before, "trainable_params": state}
+
+
+def section_et_vs_fft(args) -> dict:
+    out = {}
+    for shape in ("arith", "smollm2-shape"):
+        runs = {"et": [], "fft": []}
+        for _ in range(max(1, args.repeats // 2)):
+            for method in runs:
+                child = subprocess.run([sys.executable, __file__, "--child", method, shape, str(args.steps if shape == "arith" else 3)],
+                                       capture_output=True, text=True, check=True)
+                runs[method].append(json.loads(child.stdout.strip().splitlines()[-1]))
+        med = {m: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for m, rs in runs.items()}
+        out[shape] = {**{f"{m}_{k}": v for m, d in med.items() for k, v in d.items()},
+                      "time_ratio_et_over_fft": med["et"]["seconds_per_step"] / med["fft"]["seconds_per_step"],
+                      "peak_rss_ratio_et_over_fft": med["et"]["peak_rss_mb"] / med["fft"]["peak_rss_mb"],
+                      "target": "time ratio <= 0.7"}
+    return out
+
+
+def section_eval(args) -> dict:
+    """clbench's scoring vs lm-eval's rolling log-likelihood: same model, same texts, one batch size."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    from clbench.data import encode_texts
+    from clbench.evaluate import score
+    from clbench.protocol import Session
+
+    session = Session(device="cpu")
+    base = session.base(args.eval_model)
+    task = __import__("clbench.taskspec", fromlist=["load_tasks"]).load_tasks().get(args.eval_task)
+    texts = task.build(task.resolved()[2], base.tokenizer).old_text[: args.eval_texts]
+    tokenizer, model = base.tokenizer, base.model
+    encoded = encode_texts(tokenizer, texts, base.max_length)
+    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=args.eval_batch, device="cpu", logits_cache=False)
+    requests = [Instance("loglikelihood_rolling", {}, (text,), i) for i, text in enumerate(texts)]
+    ours, theirs, agreement = [], [], None
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        scores = score(model, encoded, old_vocab=len(tokenizer), pad_id=tokenizer.pad_token_id, batch_size=args.eval_batch)
+        ours.append(scores.n_full / (time.perf_counter() - start))
+        start = time.perf_counter()
+        loglik = lm.loglikelihood_rolling(requests, disable_tqdm=True)
+        seconds = time.perf_counter() - start
+        # lm-eval scores the text's tokens after its prefix token; clbench also scores eos
+        theirs.append((scores.n_full - len(texts)) / seconds)
+        agreement = {"lm_eval_nll_sum": -sum(loglik), "clbench_nll_sum_incl_eos": scores.nll_full}
+    return {"model": args.eval_model, "task_text": args.eval_task, "texts": len(texts), "scored_tokens": scores.n_full,
+            "clbench_tokens_per_s": statistics.median(ours), "lm_eval_tokens_per_s": statistics.median(theirs),
+            "ratio": statistics.median(ours) / statistics.median(theirs), "target": ">= 1.5", **agreement}
+
+
+def section_reuse(args) -> dict:
+    """An identical rerun of `clbench run` against a filled DB vs the first run (subprocesses)."""
+    import tempfile
+
+    db = Path(tempfile.mkdtemp()) / "reuse.duckdb"
+    command = [sys.executable, "-m", "clbench.cli", "run", "--task", "arithmetic", "--method", "et,fft", "--seeds", "0,1", "--db", str(db)]
+    timings = []
+    for _ in range(2):
+        start = time.perf_counter()
+        subprocess.run(command, capture_output=True, check=True)
+        timings.append(time.perf_counter() - start)
+    return {"first_run_seconds": timings[0], "identical_rerun_seconds": timings[1], "ratio": timings[1] / timings[0]}
+
+
+SECTIONS = {"overhead": section_overhead, "et-vs-fft": section_et_vs_fft, "eval": section_eval, "reuse": section_reuse}
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        _, _, method, shape, steps = sys.argv
+        print(json.dumps(child_step_cost(method, shape, int(steps))))
+        return
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--only", choices=list(SECTIONS))
+    parser.add_argument("--eval-model", default="builtin:arith-llama")
+    parser.add_argument("--eval-task", default="arithmetic", help="whose old_text the eval section scores")
+    parser.add_argument("--eval-texts", type=int, default=500)
+    parser.add_argument("--eval-batch", type=int, default=32)
+    args = parser.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, repeats {args.repeats}")
+    for name, section in SECTIONS.items():
+        if args.only in (None, name):
+            print(f"== {name}")
+            print(json.dumps(section(args), indent=1))
+
+
+if __name__ == "__main__":
+    main()

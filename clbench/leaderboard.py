@@ -1,0 +1,386 @@
+"""The leaderboard: `clbench leaderboard --db clbench-results.duckdb --out leaderboard/out`.
+
+Reads metric values from the `results` view and provenance from the `runs` table, and writes
+index.html (self-contained: CSS, JS and SVG plots inline, nothing fetched), leaderboard.md and
+leaderboard.csv. A row is one (task, method, model, settings, n_train) over its seeds. Only
+finished runs with metrics enter the tables; failed or partial runs are listed apart with their
+reason. Every string that came from a task file, model id, config or the database reaches the
+page through `esc` (HTML) or matplotlib's SVG writer (which escapes text), never raw.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+from importlib import resources
+from pathlib import Path
+from string import Template
+
+import numpy as np
+import pandas as pd
+from matplotlib import rc_context
+from matplotlib.figure import Figure
+
+from clbench.metrics import METRICS, higher_is_better
+from clbench.store import Store, now
+
+KEY = ["task", "method", "model", "settings", "n_train"]
+TARGET = "target_acc"
+FORGETTING = ("forgetting_oldvocab", "forgetting_full")
+# headline metrics first, in this order; the rest follow alphabetically
+ORDER = ["target_acc", "target_acc_seen", "target_acc_unseen", "target_loss", "old_skill_acc_delta",
+         "forgetting_oldvocab", "forgetting_full", "trainable_params", "train_seconds"]
+SVG_STYLE = {"svg.fonttype": "none", "text.parse_math": False, "figure.dpi": 72, "font.size": 9}
+
+
+def esc(value) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def direction(metric: str) -> bool | None:
+    """True: higher is better; False: lower; None: a metric clbench.metrics does not declare."""
+    try:
+        return higher_is_better(metric)
+    except KeyError:
+        return None
+
+
+def arrow(metric: str) -> str:
+    return {True: " ↑", False: " ↓", None: ""}[direction(metric)]
+
+
+# ---------------------------------------------------------------- data
+
+def load(store: Store) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """→ (values: one row per finished run × metric, with provenance; runs kept out with reasons; all runs)."""
+    runs = store.query("SELECT run_id, task, method, model, seed, status, reason, config, versions, git_commit, finished_at FROM runs")
+    values = store.query("SELECT run_id, metric, value FROM results WHERE status = 'finished' AND metric IS NOT NULL")
+    configs = runs.config.map(json.loads)
+    runs["n_train"] = configs.map(lambda c: c.get("budget", {}).get("n_train"))
+    runs["settings"] = configs.map(settings)
+    runs["clbench"] = runs.versions.map(lambda v: (json.loads(v) or {}).get("clbench") if v else None)
+    with_metrics = set(values.run_id)
+    kept_out = runs[(runs.status != "finished") | ~runs.run_id.isin(with_metrics)].copy()
+    kept_out["reason"] = [
+        r.reason if isinstance(r.reason, str) and r.reason
+        else f"status {r.status}" if r.status != "finished" else "partial: finished without metrics"
+        for r in kept_out.itertuples()
+    ]
+    finished = runs[(runs.status == "finished") & runs.run_id.isin(with_metrics)]
+    return values.merge(finished, on="run_id"), kept_out, runs
+
+
+def settings(config: dict) -> str:
+    """What besides task, method, model and n_train makes runs different experiments."""
+    parts = [f"{k}={v}" for k, v in sorted(config.get("method_config", {}).items())]
+    parts += [f"{k}={config[k]}" for k in ("init", "profile") if config.get(k) is not None]
+    return ", ".join(parts)
+
+
+def aggregate(values: pd.DataFrame) -> pd.DataFrame:
+    """One row per KEY × metric: mean and sample std over runs, runs counted, run ids kept."""
+    grouped = values.groupby(KEY + ["metric"], dropna=False)
+    table = grouped.value.agg(mean="mean", std="std").reset_index()
+    table["runs"] = grouped.run_id.nunique().values
+    table["higher_is_better"] = table.metric.map(direction)
+    return table
+
+
+def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Points not dominated by another: lower x (forgetting) and higher y (quality), one strictly.
+
+    NaN points are never on the front.
+    """
+    ok = ~(np.isnan(x) | np.isnan(y))
+    front = ok.copy()
+    for i in np.flatnonzero(ok):
+        others = ok & (x <= x[i]) & (y >= y[i]) & ((x < x[i]) | (y > y[i]))
+        front[i] = not others.any()
+    return front
+
+
+def best_mask(means: pd.Series, metric: str) -> pd.Series:
+    """Rows holding the best mean of a column (ties all marked).
+
+    Nothing is marked where the metric declares no direction or every row has the same value
+    (a property of the base model, such as old_loss_base, ranks nothing).
+    """
+    better = direction(metric)
+    if better is None or means.dropna().nunique() < 2:
+        return pd.Series(False, index=means.index)
+    best = means.max() if better else means.min()
+    return means == best
+
+
+def fmt(value: float) -> str:
+    if pd.isna(value):
+        return ""
+    if abs(value) >= 1000:  # counts and rates: no exponent, which would also sort wrongly as text
+        return f"{value:.0f}"
+    return f"{value:.4g}"
+
+
+def metric_order(metrics) -> list[str]:
+    present = set(metrics)
+    return [m for m in ORDER if m in present] + sorted(present - set(ORDER))
+
+
+def wide(table: pd.DataFrame, task: str) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """A task's rows: (cells "mean ± std", best flags, metric columns), rows in KEY order."""
+    part = table[table.task == task]
+    metrics = metric_order(part.metric.unique())
+    rows = part[KEY].drop_duplicates().sort_values(KEY[1:], na_position="last").reset_index(drop=True)
+    counts = part.groupby(KEY, dropna=False).runs.max()
+    rows["runs"] = [counts[tuple(r)] for r in rows[KEY].itertuples(index=False)]
+    cells, best = rows.copy(), pd.DataFrame(index=rows.index)
+    for metric in metrics:
+        m = part[part.metric == metric].set_index(KEY)
+        stats = [m.loc[tuple(r)] if tuple(r) in m.index else None for r in rows[KEY].itertuples(index=False)]
+        means = pd.Series([s["mean"] if s is not None else np.nan for s in stats])
+        cells[metric] = [
+            "" if s is None else fmt(s["mean"]) + (f" ± {fmt(s['std'])}" if pd.notna(s["std"]) else "") for s in stats
+        ]
+        best[metric] = best_mask(means, metric)
+    return cells, best, metrics
+
+
+# ---------------------------------------------------------------- plots
+
+def svg(fig: Figure, salt: str) -> str:
+    """The figure as inline SVG; `salt` keeps element ids unique across the figures of one page."""
+    buffer = io.StringIO()
+    with rc_context({"svg.hashsalt": salt}):
+        fig.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight")
+    text = buffer.getvalue()
+    return text[text.index("<svg"):]
+
+
+def point_labels(rows: pd.DataFrame) -> list[str]:
+    """Method, plus what tells its rows apart (model, the differing settings, n_train): short labels overlap less."""
+    items = rows.settings.str.split(", ")
+    shared = {m: set.intersection(*(set(i) for i in items[rows.method == m])) for m in rows.method.unique()}
+    labels = []
+    for r, own in zip(rows.itertuples(), items):
+        parts = [r.method, *([r.model] if rows.model.nunique() > 1 else []), *(i for i in own if i not in shared[r.method])]
+        labels.append(" · ".join(parts + ([f"n={r.n_train}"] if rows.n_train.nunique() > 1 else [])))
+    return labels
+
+
+def tradeoff_plot(points: pd.DataFrame, salt: str) -> str | None:
+    """Target quality vs each forgetting metric, one panel each, the Pareto front drawn."""
+    panels = [f for f in FORGETTING if f in points]
+    if TARGET not in points or not panels:
+        return None
+    with rc_context(SVG_STYLE):
+        fig = Figure(figsize=(5.2 * len(panels), 4))
+        for ax, forgetting in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels):
+            x, y = points[forgetting].to_numpy(float), points[TARGET].to_numpy(float)
+            front = pareto_front(x, y)
+            ax.scatter(x[~front], y[~front], color="tab:gray", label="dominated")
+            ax.scatter(x[front], y[front], color="tab:red", marker="D", label="Pareto front")
+            order = np.argsort(x[front])
+            ax.step(x[front][order], y[front][order], where="post", color="tab:red", alpha=0.5)
+            for xi, yi, text in zip(x, y, points.label):
+                if not (np.isnan(xi) or np.isnan(yi)):
+                    ax.annotate(text, (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=7)
+            ax.set_xlabel(f"{forgetting}{arrow(forgetting)}")
+            ax.set_ylabel(f"{TARGET}{arrow(TARGET)}")
+            ax.margins(x=0.25, y=0.1)
+            ax.legend(loc="best", fontsize=7)
+            ax.grid(alpha=0.3)
+        return svg(fig, salt)
+
+
+def sample_efficiency_plot(part: pd.DataFrame, salt: str) -> str | None:
+    """Metric vs n_train, one line per (method, model, settings), where a task has a sweep."""
+    if part.n_train.nunique() < 2:
+        return None
+    shown = [m for m in (TARGET, "forgetting_oldvocab") if m in set(part.metric)]
+    with rc_context(SVG_STYLE):
+        fig = Figure(figsize=(5.2 * len(shown), 4))
+        for ax, metric in zip(fig.subplots(1, len(shown), squeeze=False)[0], shown):
+            rows = part[part.metric == metric]
+            for (method, model, setting), line in rows.groupby(["method", "model", "settings"], dropna=False):
+                line = line.sort_values("n_train")
+                ax.errorbar(line.n_train, line["mean"], yerr=line["std"].fillna(0), marker="o", capsize=3,
+                            label=f"{method} · {model} · {setting}")
+            # log scale with the swept values as ticks (the default log labels are mathtext, off here)
+            sizes = sorted(rows.n_train.dropna().unique())
+            ax.set_xscale("log")
+            ax.set_xticks(sizes, [str(int(n)) for n in sizes])
+            ax.minorticks_off()
+            ax.set_xlabel("n_train (training examples)")
+            ax.set_ylabel(f"{metric}{arrow(metric)}")
+            ax.legend(fontsize=6)
+            ax.grid(alpha=0.3)
+        return svg(fig, salt)
+
+
+def has_table(store: Store, name: str) -> bool:
+    return bool(store.query("SELECT count(*) AS n FROM information_schema.tables WHERE table_name = ?", [name]).n[0])
+
+
+def stage_matrix(store: Store) -> pd.DataFrame | None:
+    """The sequential runs' stage × task matrix, if this database has the table."""
+    if not has_table(store, "stage_matrix"):
+        return None
+    return store.query("SELECT run_id, after_stage, eval_stage, metric, value FROM stage_matrix")
+
+
+def lm_eval_table(store: Store, values: pd.DataFrame, task: str) -> pd.DataFrame | None:
+    """A task's lm-eval checks of finished runs: base, adapted and delta (mean ± std) per row and lm-eval metric."""
+    if not has_table(store, "lm_eval"):
+        return None
+    checks = store.query("SELECT run_id, task AS lm_eval_task, metric AS lm_eval_metric, base, adapted, delta FROM lm_eval")
+    runs = values.drop_duplicates("run_id")[["run_id", *KEY]]
+    part = checks.merge(runs[runs.task == task], on="run_id")
+    if part.empty:
+        return None
+    grouped = part.groupby([*KEY[1:], "lm_eval_task", "lm_eval_metric"], dropna=False)
+    stats = grouped.agg(base=("base", "mean"), adapted=("adapted", "mean"), adapted_std=("adapted", "std"),
+                        delta=("delta", "mean"), delta_std=("delta", "std"), runs=("run_id", "nunique")).reset_index()
+    plus = lambda mean, std: fmt(mean) + (f" ± {fmt(std)}" if pd.notna(std) else "")
+    stats["base"] = stats.base.map(fmt)
+    stats["adapted"] = [plus(m, s) for m, s in zip(stats.adapted, stats.adapted_std)]
+    stats["delta (adapted − base)"] = [plus(m, s) for m, s in zip(stats.delta, stats.delta_std)]
+    return stats.drop(columns=["adapted_std", "delta", "delta_std", "runs"]).assign(runs=stats.runs)
+
+
+def heatmap(cells: pd.DataFrame, title: str, metric: str, salt: str) -> str:
+    grid = cells.pivot_table(index="after_stage", columns="eval_stage", values="value", aggfunc="mean")
+    with rc_context(SVG_STYLE):
+        fig = Figure(figsize=(1.2 + 0.9 * grid.shape[1], 1.0 + 0.6 * grid.shape[0]))
+        ax = fig.subplots()
+        image = ax.imshow(grid.to_numpy(float), cmap="viridis_r" if direction(metric) is False else "viridis", aspect="auto")
+        ax.set_xticks(range(grid.shape[1]), [str(c) for c in grid.columns], rotation=30, ha="right")
+        ax.set_yticks(range(grid.shape[0]), [str(i) for i in grid.index])
+        for (i, j), v in np.ndenumerate(grid.to_numpy(float)):
+            ax.text(j, i, fmt(v), ha="center", va="center", fontsize=7, color="white")
+        ax.set_xlabel("evaluated on stage")
+        ax.set_ylabel("after training stage")
+        ax.set_title(f"{title}: {metric}{arrow(metric)}", fontsize=8)
+        fig.colorbar(image, ax=ax)
+        return svg(fig, salt)
+
+
+# ---------------------------------------------------------------- output
+
+def html_table(cells: pd.DataFrame, best: pd.DataFrame, metrics: list[str], links: list[str] | None = None) -> str:
+    """A sortable table; every cell escaped here, best cells wrapped after escaping."""
+    shown = pd.DataFrame({c: cells[c].map(esc) for c in cells.columns})
+    for metric in metrics:
+        shown[metric] = [f'<strong class="best">{v}</strong>' if b else v for v, b in zip(shown[metric], best[metric])]
+    if links is not None:
+        shown["runs"] = [f'<a href="#{a}">{v}</a>' for v, a in zip(shown["runs"], links)]
+    shown.columns = [esc(c) + esc(arrow(c)) for c in cells.columns]
+    return shown.to_html(index=False, escape=False, classes="sortable", border=0, na_rep="")
+
+
+def markdown_table(cells: pd.DataFrame, best: pd.DataFrame, metrics: list[str]) -> str:
+    """The headline metrics only (all of them are in index.html and leaderboard.csv)."""
+    metrics = [m for m in metrics if m in ORDER] or metrics
+    cells = cells[[c for c in cells.columns if c not in best.columns or c in metrics]]
+    shown = pd.DataFrame({c: cells[c].map(md) for c in cells.columns})
+    for metric in metrics:
+        shown[metric] = [f"**{v}**" if b else v for v, b in zip(shown[metric], best[metric])]
+    shown.columns = [md(c) + arrow(c) for c in cells.columns]
+    return shown.to_markdown(index=False)
+
+
+def md(value) -> str:
+    """Markdown cell text: HTML-escaped (Markdown renders inline HTML) and the column bar escaped."""
+    return esc(value).replace("|", "\\|")
+
+
+def build(db: str | Path, out: str | Path) -> Path:
+    store, out = Store(db), Path(out)
+    values, kept_out, runs = load(store)
+    table = aggregate(values)
+    tasks = sorted(table.task.unique())
+    provenance = values.drop_duplicates("run_id").sort_values(KEY + ["seed"])
+    matrix = stage_matrix(store)
+
+    sections, md_sections, index_rows = [], [], []
+    for t, task in enumerate(tasks):
+        cells, best, metrics = wide(table, task)
+        anchors = [f"prov-{t}-{i}" for i in range(len(cells))]
+        index_rows += [(a, tuple(r)) for a, r in zip(anchors, cells[KEY].itertuples(index=False))]
+        points = cells[KEY].assign(label=point_labels(cells))
+        for metric in (TARGET, *FORGETTING):
+            if metric in metrics:
+                means = table[(table.task == task) & (table.metric == metric)].set_index(KEY)["mean"]
+                points[metric] = [means.get(tuple(r), np.nan) for r in cells[KEY].itertuples(index=False)]
+        plots = [tradeoff_plot(points, f"{t}-tradeoff"), sample_efficiency_plot(table[table.task == task], f"{t}-sweep")]
+        if matrix is not None:
+            plots += heatmaps(matrix, runs[runs.task == task], t)
+        figures = "".join(f'<figure class="plot">{p}</figure>' for p in plots if p)
+        cells = cells.drop(columns="task")  # the section heading names it
+        checks, no_best = lm_eval_table(store, values, task), pd.DataFrame()
+        checks_html = "" if checks is None else f"<h3>lm-eval checks (in-process, full softmax)</h3>{html_table(checks, no_best, [])}"
+        checks_md = "" if checks is None else f"\n### lm-eval checks (in-process, full softmax)\n\n{markdown_table(checks, no_best, [])}\n"
+        sections.append(f'<section><h2>{esc(task)}</h2>{html_table(cells, best, metrics, anchors)}{figures}{checks_html}</section>')
+        md_sections.append(f"## {md(task)}\n\n{markdown_table(cells, best, metrics)}\n{checks_md}")
+
+    out.mkdir(parents=True, exist_ok=True)
+    legend = metric_legend(sorted(set(table.metric)))
+    page = page_template().substitute(
+        generated=esc(now().isoformat(timespec="seconds")), db=esc(db), legend=legend,
+        sections="".join(sections) or "<p>No finished runs.</p>",
+        provenance=provenance_table(provenance, dict((r, a) for a, r in index_rows)),
+        kept_out=kept_out_table(kept_out),
+    )
+    (out / "index.html").write_text(page, encoding="utf-8")
+    md_kept = "" if kept_out.empty else "\n## Failed or partial runs (not in the tables)\n\n" + kept_out[
+        ["run_id", "task", "method", "model", "seed", "status", "reason"]].map(md).to_markdown(index=False) + "\n"
+    directions = ("Higher is better: ↑, lower is better: ↓ (clbench.metrics.METRICS). Cells: mean ± sample std over runs; "
+                  "**best** per column. Headline metrics; every metric is in index.html and leaderboard.csv.\n\n")
+    (out / "leaderboard.md").write_text("# clbench leaderboard\n\n" + directions + "\n".join(md_sections) + md_kept, encoding="utf-8")
+    table.sort_values(KEY + ["metric"]).to_csv(out / "leaderboard.csv", index=False)
+    return out
+
+
+def heatmaps(matrix: pd.DataFrame, task_runs: pd.DataFrame, t: int) -> list[str]:
+    joined = matrix.merge(task_runs[["run_id", "method", "model", "settings"]], on="run_id")
+    return [
+        heatmap(cells, f"{method} · {model}", metric, f"{t}-heat-{i}")
+        for i, ((method, model, setting, metric), cells) in enumerate(joined.groupby(["method", "model", "settings", "metric"]))
+    ]
+
+
+def metric_legend(metrics: list[str]) -> str:
+    rows = pd.DataFrame({
+        "metric": [esc(m) for m in metrics],
+        "better": [{True: "higher ↑", False: "lower ↓", None: "undeclared"}[direction(m)] for m in metrics],
+        "definition": [esc(METRICS.get(m, METRICS.get(m.rsplit("_", 1)[0], (None, "")))[1]) for m in metrics],
+    })
+    return rows.to_html(index=False, escape=False, border=0, classes="legend")
+
+
+def provenance_table(runs: pd.DataFrame, anchor_of: dict[tuple, str]) -> str:
+    if runs.empty:
+        return "<p>No finished runs.</p>"
+    seen, first = set(), []
+    for r in runs[KEY].itertuples(index=False):
+        key = tuple(r)
+        # the row's number within its task's table, as the anchor its run count links to
+        first.append(f'<a id="{anchor_of[key]}">{int(anchor_of[key].rsplit("-", 1)[1]) + 1}</a>' if key not in seen else "")
+        seen.add(key)
+    shown = pd.DataFrame({
+        "row": first,
+        **{c: runs[c].map(esc).values for c in ["task", "method", "model", "settings", "n_train", "seed", "run_id", "clbench", "git_commit", "finished_at"]},
+        "config": [f"<details><summary>config</summary><pre>{esc(json.dumps(json.loads(c), indent=1, sort_keys=True))}</pre></details>" for c in runs.config],
+    })
+    return shown.to_html(index=False, escape=False, border=0, classes="sortable provenance")
+
+
+def kept_out_table(kept_out: pd.DataFrame) -> str:
+    if kept_out.empty:
+        return "<p>None.</p>"
+    columns = ["run_id", "task", "method", "model", "seed", "status", "reason"]
+    return kept_out[columns].map(esc).to_html(index=False, escape=False, border=0, classes="sortable failed")
+
+
+def page_template() -> Template:
+    # string.Template: $name placeholders, so the page's CSS and JS braces need no escaping
+    return Template(resources.files("clbench").joinpath("leaderboard.html").read_text(encoding="utf-8"))

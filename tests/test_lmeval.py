@@ -1,0 +1,184 @@
+"""lm-eval in-process: agreement with clbench's own old-text loss, and the pitfalls of wrapping a live model.
+
+Tiny random Llama over the character tokenizer; lm-eval runs on the shipped local task configs only
+(no network, no lm-eval task index).
+"""
+
+import copy
+import importlib.metadata
+import math
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from clbench.arith import char_tokenizer
+from clbench.data import Encoded, TaskData, encode_texts
+from clbench.evaluate import score
+from clbench.expand import expand
+from clbench.lmeval import Checker
+from clbench.tasks.arithmetic import Params, build
+
+
+def tiny_model(tokenizer, tied=False, seed=0):
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=tied,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def data():
+    return build(Params(n_test=10, n_old_skill=20, n_old_text=30, n_replay=0), char_tokenizer())
+
+
+@pytest.fixture(scope="module")
+def checker():
+    return Checker(["clbench_old_text", "clbench_old_skill"], batch_size=16)
+
+
+@pytest.fixture(scope="module")
+def base_scores(data, checker):
+    """lm-eval scores of tiny_model(seed 0) on `data`: each lm-eval call costs ~2 s, share it."""
+    return checker.scores(tiny_model(char_tokenizer()), char_tokenizer(), data)
+
+
+def clbench_nll(model, tokenizer, texts, *, with_eos: bool) -> tuple[float, int]:
+    """Σ NLL (full softmax) and tokens scored by clbench.evaluate.score; without eos if asked."""
+    encoded = encode_texts(tokenizer, texts, 64)
+    if not with_eos:
+        encoded = [Encoded(e.ids[:-1], e.loss_from) for e in encoded]
+    scores = score(model, encoded, old_vocab=len(tokenizer), pad_id=tokenizer.pad_token_id, batch_size=64)
+    return scores.nll_full, scores.n_full
+
+
+def lm_eval_nll(scores, texts) -> float:
+    """Σ NLL from lm-eval's bits_per_byte: bpb = Σ NLL / (bytes · ln 2)."""
+    n_bytes = sum(len(t.encode()) for t in texts)
+    return scores["clbench_old_text", "bits_per_byte"]["value"] * n_bytes * math.log(2)
+
+
+def test_rolling_loglikelihood_equals_clbench_old_text_loss_without_eos(data, checker, base_scores):
+    tokenizer = char_tokenizer()
+    base = tiny_model(tokenizer)
+    adapted, expanded = copy.deepcopy(base), copy.deepcopy(tokenizer)
+    expand(adapted, expanded, ["<spec>"], init="random", seed=0)  # a new output row: full softmax ≠ old softmax
+    for model, tok, scores in ((base, tokenizer, base_scores), (adapted, expanded, None)):
+        scores = scores or checker.scores(model, tok, data)
+        ours, n_tokens = clbench_nll(model, tok, data.old_text, with_eos=False)
+        # same tokens ([bos] as context, every text token scored, no eos): float32 (lm-eval) vs float64
+        # (clbench) log-softmax; measured relative difference ~5e-9
+        assert n_tokens == sum(len(t) for t in data.old_text) == 234
+        assert lm_eval_nll(scores, data.old_text) == pytest.approx(ours, rel=1e-7)
+        # clbench's own loss also scores the eos after each text: the only difference
+        with_eos, n_with_eos = clbench_nll(model, tok, data.old_text, with_eos=True)
+        assert n_with_eos == n_tokens + len(data.old_text) and with_eos > ours
+
+
+def test_old_skill_accuracy_is_clbench_exact_match_without_eos(data, base_scores):
+    """lm-eval's greedy `acc` on the probe equals the teacher-forced exact match of the completion
+    alone after [bos] prompt (lm-eval does not score the eos clbench appends)."""
+    tokenizer = char_tokenizer()
+    model = tiny_model(tokenizer)
+    hits = []
+    for e in data.old_skill:
+        ids = torch.tensor([[tokenizer.bos_token_id] + tokenizer.encode(e.prompt + e.completion, add_special_tokens=False)])
+        n = len(e.completion)
+        with torch.no_grad():
+            predicted = model(ids).logits[0, -n - 1 : -1].argmax(-1)
+        hits.append(bool((predicted == ids[0, -n:]).all()))
+    assert base_scores["clbench_old_skill", "acc"]["value"] == sum(hits) / len(hits)
+
+
+def test_base_and_adapted_are_never_confused_and_base_scores_are_cached_per_base(data):
+    """No response cache: a changed model gets its own numbers, an identical copy the same ones."""
+    checker = Checker(["clbench_old_text"], batch_size=16)
+    tokenizer = char_tokenizer()
+    base = tiny_model(tokenizer)
+    same, changed = copy.deepcopy(base), copy.deepcopy(base)
+    with torch.no_grad():
+        changed.model.layers[0].mlp.down_proj.weight.mul_(3)
+    rows_same = checker.compare(base, tokenizer, ("b",), same, tokenizer, data)
+    rows_changed = checker.compare(base, tokenizer, ("b",), changed, tokenizer, data)
+    assert [r["delta"] for r in rows_same] == [0.0, 0.0, 0.0]
+    assert all(r["delta"] != 0 for r in rows_changed)
+    assert [r["base"] for r in rows_changed] == [r["base"] for r in rows_same]
+    bits = {r["metric"]: r for r in rows_changed}["bits_per_byte"]
+    for model, value in ((base, bits["base"]), (changed, bits["adapted"])):
+        ours, _ = clbench_nll(model, tokenizer, data.old_text, with_eos=False)
+        assert value * sum(len(t) for t in data.old_text) * math.log(2) == pytest.approx(ours, rel=1e-7)
+    assert {r["task_hash"] for r in rows_same + rows_changed} == {rows_same[0]["task_hash"]}
+    version = importlib.metadata.version("lm_eval")
+    assert [(r["metric"], r["task_version"], r["lm_eval_version"]) for r in rows_same] == [
+        ("bits_per_byte", "1.0", version), ("byte_perplexity", "1.0", version), ("word_perplexity", "1.0", version)]
+
+
+def test_same_task_name_with_other_data_is_not_served_from_a_request_cache(data, checker, base_scores):
+    """The local tasks keep their names across clbench tasks (and tokenizers keep theirs after expansion):
+    with lm-eval's request cache on, the second data set would be answered with the first one's requests."""
+    tokenizer = char_tokenizer()
+    model = tiny_model(tokenizer)
+    other = build(Params(n_test=10, n_old_skill=20, n_old_text=30, n_replay=0, data_seed=1), tokenizer)
+    first, second = base_scores, checker.scores(model, tokenizer, other)
+    assert first["clbench_old_text", "bits_per_byte"] != second["clbench_old_text", "bits_per_byte"]
+    ours, _ = clbench_nll(model, tokenizer, other.old_text, with_eos=False)
+    assert lm_eval_nll(second, other.old_text) == pytest.approx(ours, rel=1e-7)
+
+
+def test_hflm_would_retie_an_untied_head_and_the_checker_puts_it_back(data, checker):
+    tokenizer = char_tokenizer()
+    model, expanded = tiny_model(tokenizer, tied=True), copy.deepcopy(tokenizer)
+    expand(model, expanded, ["<spec>"], init="random", seed=0)
+    # a method that unties on purpose: its own output matrix, new row moved, config still says "tied"
+    head = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+    with torch.no_grad():
+        head[-1] += 1.0
+    model.lm_head.weight = head
+    untied = copy.deepcopy(model)
+    model.train()
+
+    # the pitfall is real in this lm-eval/transformers: HFLM's tie_weights() re-ties the copy
+    from lm_eval.models.huggingface import HFLM
+
+    HFLM(pretrained=untied, tokenizer=expanded, batch_size=4)
+    assert untied.lm_head.weight is untied.model.embed_tokens.weight
+
+    scores = checker.scores(model, expanded, data)
+    assert model.lm_head.weight is head and model.model.embed_tokens.weight is not head
+    assert torch.equal(head[-1], model.model.embed_tokens.weight[-1] + 1.0)
+    assert model.training  # restored after lm-eval's eval()
+    ours, _ = clbench_nll(model.eval(), expanded, data.old_text, with_eos=False)
+    assert lm_eval_nll(scores, data.old_text) == pytest.approx(ours, rel=1e-7)  # scored with the untied head
+
+
+ENGLISH = ["The cat sat on the mat.", "A naïve café owner walked home.", "Forgetting is measured on old text, word by word."]
+
+
+def english_tokenizer():
+    """A small byte-level BPE trained on ENGLISH: tokens, bytes and words all differ in count."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(ENGLISH, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<pad>", "<bos>", "<eos>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>")
+
+
+def test_english_text_word_and_byte_perplexity_follow_from_clbench_nll():
+    tokenizer = english_tokenizer()
+    model = tiny_model(tokenizer)
+    data = TaskData(new_tokens=[], train=[], target_test=[], old_text=ENGLISH)
+    scores = Checker(["clbench_old_text"], batch_size=4).scores(model, tokenizer, data)
+    nll, n_tokens = clbench_nll(model, tokenizer, ENGLISH, with_eos=False)
+    n_bytes, n_words = sum(len(t.encode()) for t in ENGLISH), sum(len(t.split()) for t in ENGLISH)
+    assert (n_tokens, n_bytes, n_words) == (47, 105, 21)  # "naïve café": 2-byte characters
+    value = lambda metric: scores["clbench_old_text", metric]["value"]
+    assert value("bits_per_byte") == pytest.approx(nll / n_bytes / math.log(2), rel=1e-7)
+    assert value("byte_perplexity") == pytest.approx(math.exp(nll / n_bytes), rel=1e-7)
+    assert value("word_perplexity") == pytest.approx(math.exp(nll / n_words), rel=1e-6)

@@ -1,0 +1,130 @@
+"""Every registered method under the protocol on a tiny model, and the pieces the methods share.
+
+    python -m pytest -q tests/test_methods.py
+"""
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from clbench.arith import char_tokenizer
+from clbench.data import Example, TaskData, encode_examples
+from clbench.evaluate import score
+from clbench.expand import expand
+from clbench.explain import load_new_rows
+from clbench.method import methods
+from clbench.models import Base, fingerprint
+from clbench.protocol import Session, adapt_and_evaluate
+from clbench.taskspec import Budget
+from clbench.train import train
+
+D, MLP, LAYERS = 16, 32, 1
+ET_FAMILY = {"et", "et-dict", "et-out"}  # old weights must stay bit-identical
+
+
+def tiny_base(tied: bool) -> Base:
+    torch.manual_seed(0)
+    tokenizer = char_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=D, intermediate_size=MLP, num_hidden_layers=LAYERS,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32, tie_word_embeddings=tied,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    model = LlamaForCausalLM(config).eval()
+    return Base("tiny", model, tokenizer, fingerprint(model))
+
+
+def tiny_data() -> TaskData:
+    mul = lambda a, b, group=None: Example(f"{a}<spec>{b}=", str(a * b), group)
+    return TaskData(
+        new_tokens=["<spec>"],
+        train=[mul(a, b) for a, b in [(3, 4), (7, 2), (12, 5), (9, 9), (40, 3), (6, 6)]],
+        target_test=[mul(2, 3, "seen"), mul(8, 7, "unseen"), mul(11, 4, "seen")],
+        old_text=["1+2=3", "4*5=20", "33+9=42"],
+        old_skill=[Example("5+6=", "11"), Example("20+22=", "42")],
+        replay_text=["2+2=4", "9*3=27"],
+    )
+
+
+def expected_trainable(name: str, tied: bool, old_vocab: int, n_new: int) -> int:
+    """Each method's trainable-parameter count, worked out from its definition (not from the model)."""
+    vocab = old_vocab + n_new
+    layer = 4 * D * D + 3 * D * MLP + 2 * D  # q k v o, gate up down, two RMSNorms
+    every_weight = vocab * D * (1 if tied else 2) + LAYERS * layer + D  # + final norm
+    rank = methods().get("lora").config_cls().rank
+    lora = LAYERS * rank * (4 * (D + D) + 3 * (D + MLP)) + n_new * D * (1 if tied else 2)
+    prompt = methods().get("pt").config_cls().virtual_tokens * D
+    counts = {
+        "et": n_new * D, "et-dict": n_new * old_vocab, "et-out": 2 * n_new * D,
+        "fft": every_weight, "replay": every_weight, "lora": lora, "pt": prompt + n_new * D,
+    }
+    assert name in counts, f"method {name!r} has no contract in this test: add its trainable count here"
+    return counts[name]
+
+
+def head_and_embedding(model):
+    return model.get_input_embeddings().weight, model.get_output_embeddings().weight
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
+@pytest.mark.parametrize("name", methods().names())
+def test_every_method_keeps_its_contract(name, tied, tmp_path):
+    base, data = tiny_base(tied), tiny_data()
+    spec = methods().get(name)
+    seen = {}
+
+    def setup(model, expansion, config):  # the protocol's own setup call, observed
+        seen["model"], seen["expansion"] = model, expansion
+        seen["adapter"] = spec.setup(model, expansion, config)
+        seen["before"] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        return seen["adapter"]
+
+    budget = Budget(n_train=6, steps=3, batch_size=4, eval_batch_size=8)
+    values = adapt_and_evaluate(base, data, dataclasses.replace(spec, setup=setup), spec.config(), budget, "random", 0, Session(),
+                                rows_path=tmp_path / "rows.safetensors")
+    model, expansion = seen["model"], seen["expansion"]
+    old, new = expansion.old_vocab, slice(expansion.old_vocab, expansion.new_vocab)
+
+    assert values["trainable_params"] == expected_trainable(name, tied, old, len(data.new_tokens))
+    embedding, head = head_and_embedding(model)
+    tokens, stored = load_new_rows(tmp_path / "rows.safetensors")
+    assert tokens == ["<spec>"] and torch.equal(stored["input"], embedding[new]) and torch.equal(stored["output"], head[new])
+    if name not in ET_FAMILY:
+        return
+    # ET family: every base weight bit-identical, old rows included; only new rows moved
+    base_embedding, base_head = head_and_embedding(base.model)
+    assert torch.equal(embedding[:old], base_embedding) and torch.equal(head[:old], base_head)
+    assert not torch.equal(embedding[new], seen["before"]["model.embed_tokens.weight"][new])
+    skip = {"model.embed_tokens.weight", "lm_head.weight"}
+    base_state = base.model.state_dict()
+    assert all(torch.equal(tensor, base_state[key]) for key, tensor in model.state_dict().items() if key not in skip)
+    assert values["forgetting_oldvocab"] == 0.0 and values["old_skill_acc_delta"] == 0.0
+    if name == "et-out":  # its own output row, trained, distinct from the input row even when tied
+        adapter = seen["adapter"]
+        assert torch.equal(head[new], adapter.out_rows.detach()) and torch.equal(embedding[new], adapter.rows.weight.detach())
+        assert not torch.equal(head[new], embedding[new]) and head.data_ptr() != embedding.data_ptr()
+    elif not tied:  # ET's untied new output row is never trained: still its initialisation
+        assert torch.equal(head[new], seen["before"]["lm_head.weight"][new])
+
+
+def test_lora_merge_keeps_the_trained_rows():
+    base, data = tiny_base(tied=False), tiny_data()
+    model, tokenizer = copy.deepcopy(base.model), copy.deepcopy(base.tokenizer)
+    expansion = expand(model, tokenizer, data.new_tokens, init="random", seed=0)
+    initial = model.get_input_embeddings().weight[expansion.old_vocab].detach().clone()
+    spec = methods().get("lora")
+    adapter = spec.setup(model, expansion, spec.config({"lr": "0.05"}))
+    examples = encode_examples(tokenizer, data.train, 32)
+    train(model, adapter.param_groups, examples, steps=3, batch_size=4, lr=0.05, seed=0, pad_id=tokenizer.pad_token_id)
+    ids = torch.tensor([examples[0].ids])
+    with torch.no_grad():
+        unmerged = model(input_ids=ids).logits
+        merged_model = adapter.finalize()
+        merged = merged_model(input_ids=ids).logits
+    assert torch.allclose(unmerged, merged, atol=1e-5)
+    assert type(merged_model.get_input_embeddings()) is torch.nn.Embedding
+    assert not torch.equal(merged_model.get_input_embeddings().weight[expansion.old_vocab], initial)
+    assert torch.equal(merged_model.get_input_embeddings().weight[: expansion.old_vocab], base.model.get_input_embeddings().weight)
