@@ -24,8 +24,7 @@ class Owner:
         return cls(socket.gethostname(), os.getpid(), start_token(os.getpid()))
 
     def alive(self) -> bool:
-        if self.host != socket.gethostname():
-            return True  # another host's processes cannot be seen from here: never take its runs over
+        """Whether this process, on this host, still runs (another host's processes cannot be seen)."""
         if Path("/proc/self/stat").exists():
             return self.start is not None and start_token(self.pid) == self.start
         try:

@@ -125,8 +125,9 @@ def run_one(task: Task, method: MethodSpec, *, seed: int, store: Store, session:
     log(f"{task.name} × {method.name} (seed {seed}, model {base.ref}, n_train {budget.n_train}, {budget.steps} steps)")
     started = now()
     try:
-        values = adapt_and_evaluate(base, data, method, method_config, budget, init, seed, session,
-                                    rows_path=rows_file(run_id), on_adapted=on_adapted)
+        with store.heartbeat(run_id, claim.attempt):
+            values = adapt_and_evaluate(base, data, method, method_config, budget, init, seed, session,
+                                        rows_path=rows_file(run_id), on_adapted=on_adapted)
         status, reason = "finished", None
     except DivergedError as error:
         values, status, reason = {}, "failed", str(error)

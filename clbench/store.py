@@ -13,8 +13,9 @@ Reliability (README "Reliability"):
   whose process is gone (SIGKILL, crash, reboot, a reused pid) is marked 'interrupted' and the run
   is retried as attempt n+1. The final write checks that this process still holds its attempt and
   writes nothing otherwise, so even a wrongly retried run yields one record, never two.
-- A claim made on another host is never taken over (its processes cannot be seen from here);
-  one results file is written from one host — DuckDB's lock does not hold over network filesystems.
+- Another host's processes cannot be seen from here: while a run trains, a thread refreshes its
+  attempt's beat_at every HEARTBEAT_SECONDS, and a claim from another host whose heartbeat is older
+  than STALE_SECONDS counts as dead (SLURM jobs sharing one results file on a shared filesystem).
 - `check()` runs before any work and writes nothing: bad input never touches the database.
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -67,6 +69,7 @@ CREATE TABLE IF NOT EXISTS attempts (
     pid INTEGER NOT NULL,
     process_start VARCHAR,        -- boot id + kernel start time of the pid: a reused pid is another process
     started_at TIMESTAMP NOT NULL,
+    beat_at TIMESTAMP,            -- refreshed every HEARTBEAT_SECONDS while running: liveness seen from other hosts
     ended_at TIMESTAMP,           -- NULL while running and for an interrupted attempt
     PRIMARY KEY (run_id, attempt)
 );
@@ -88,6 +91,8 @@ CREATE OR REPLACE VIEW results AS
 """
 
 LOCK_WAIT_SECONDS = 120.0
+HEARTBEAT_SECONDS = 60.0
+STALE_SECONDS = 600.0  # a claim from another host without a heartbeat for this long: its machine died
 
 
 @dataclass(frozen=True)
@@ -174,24 +179,48 @@ class Store:
                 db.execute("ROLLBACK")
                 return Claim("finished")
             last = db.execute(
-                "SELECT attempt, outcome, host, pid, process_start FROM attempts WHERE run_id = ? ORDER BY attempt DESC LIMIT 1",
+                "SELECT attempt, outcome, coalesce(beat_at, started_at), host, pid, process_start FROM attempts"
+                " WHERE run_id = ? ORDER BY attempt DESC LIMIT 1",
                 [run_id],
             ).fetchone()
             attempt = 1
             if last:
-                previous, outcome, holder = last[0], last[1], Owner(*last[2:])
+                previous, outcome, beat, holder = last[0], last[1], last[2], Owner(*last[3:])
                 if outcome == "running":
-                    if holder != me and holder.alive():
+                    # this host's processes can be looked at; another host's only through its heartbeat
+                    alive = holder.alive() if holder.host == me.host else (now() - beat).total_seconds() < STALE_SECONDS
+                    if holder != me and alive:
                         db.execute("ROLLBACK")
                         return Claim("busy", holder=holder)
                     db.execute("UPDATE attempts SET outcome = 'interrupted' WHERE run_id = ? AND attempt = ?", [run_id, previous])
                 attempt = previous + 1
             db.execute(
-                "INSERT INTO attempts VALUES (?, ?, 'running', ?, ?, ?, ?, NULL)",
-                [run_id, attempt, me.host, me.pid, me.start, now()],
+                "INSERT INTO attempts VALUES (?, ?, 'running', ?, ?, ?, ?, ?, NULL)",
+                [run_id, attempt, me.host, me.pid, me.start, now(), now()],
             )
             db.execute("COMMIT")
         return Claim("claimed", attempt)
+
+    @contextmanager
+    def heartbeat(self, run_id: str, attempt: int):
+        """While the body runs, refresh the attempt's beat_at every HEARTBEAT_SECONDS from a thread."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(HEARTBEAT_SECONDS):
+                try:
+                    with self._connect() as db:
+                        db.execute("UPDATE attempts SET beat_at = ? WHERE run_id = ? AND attempt = ?", [now(), run_id, attempt])
+                except ClbenchError:
+                    pass  # a missed beat only ages the claim; the next one may get the lock
+
+        thread = threading.Thread(target=beat, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     def record(self, run: dict, metrics: dict[str, float], attempt: int | None = None) -> None:
         """Insert or replace one run and its metrics atomically.

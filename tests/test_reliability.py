@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+from datetime import timedelta
 from types import SimpleNamespace
 
 import duckdb
@@ -19,7 +20,8 @@ from clbench.cli import main
 from clbench.data import Encoded
 from clbench.errors import ClbenchError, DivergedError
 from clbench.owner import Owner, start_token
-from clbench.store import Store
+from clbench import store as store_module
+from clbench.store import Store, now
 from clbench.train import train
 from conftest import run_row
 from tiny_setup import clbench_process, cli_env, run_clbench, tiny_cli  # noqa: F401  (tiny_cli: a fixture)
@@ -153,8 +155,21 @@ def test_a_run_held_by_a_dead_or_reused_pid_is_retried(tmp_path):
         ("r1", 2, "running", me.pid), ("r2", 1, "interrupted", me.pid), ("r2", 2, "running", me.pid)]
 
 
-def test_another_hosts_claim_is_never_taken_over():
-    assert Owner("some-other-host", dead_pid(), None).alive()
+@pytest.mark.parametrize("silent_for, state", [(60, "busy"), (3600, "claimed")])
+def test_another_hosts_claim_is_judged_by_its_heartbeat(tmp_path, silent_for, state):
+    store = Store(tmp_path / "r.duckdb")
+    store.claim("r1")
+    with duckdb.connect(str(store.path)) as db:
+        db.execute("UPDATE attempts SET host = 'node-7', beat_at = ?", [now() - timedelta(seconds=silent_for)])
+    assert store.claim("r1").state == state
+
+
+def test_a_running_attempt_keeps_its_heartbeat_fresh(tiny_cli, tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "HEARTBEAT_SECONDS", 0.05)
+    monkeypatch.setenv("CLBENCH_TEST_FAULT", "train-step:sleep=0.1")  # 6 steps: 0.6 s of training
+    assert main(tiny_cli.run_args(tmp_path / "r.duckdb", "--method", "et")) == 0
+    [(started, beat)] = rows(tmp_path / "r.duckdb", "SELECT started_at, beat_at FROM attempts")
+    assert (beat - started).total_seconds() >= 0.4
 
 
 def test_a_result_whose_claim_was_taken_over_is_not_written(tmp_path):
