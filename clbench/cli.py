@@ -131,7 +131,7 @@ def cmd_run(args) -> int:
     from clbench.expand import INIT_STRATEGIES
     from clbench.method import methods
     from clbench.models import resolve_device
-    from clbench.protocol import Session, run_one
+    from clbench.protocol import Session, plan, run_one
     from clbench.store import Store
     from clbench.taskspec import load_tasks
 
@@ -146,26 +146,33 @@ def cmd_run(args) -> int:
     for name in method_names:
         registry.get(name).config(options)  # fail on a bad option before any work
     store, session = Store(args.db), Session(trust_remote_code=args.trust_remote_code, device=args.device)
+    store.check()
     checker = lm_eval_checker(args.lm_eval) if args.lm_eval else None  # bad task names fail before any training
+    runs = [
+        dict(task=tasks.get(task_name), method=registry.get(method_name), seed=seed,
+             model=args.model, profile=args.profile, options=options, init=args.init, n_train=args.n_train)
+        for task_name in task_names for method_name in method_names for seed in seeds
+    ]
+    for run in runs:
+        plan(session=session, **run)  # every run's input is checked before the first one trains or writes
     outcomes = []
-    for task_name in task_names:
-        for method_name in method_names:
-            for seed in seeds:
-                captured = {}
-                outcomes.append(run_one(
-                    tasks.get(task_name), registry.get(method_name), seed=seed, store=store, session=session,
-                    model=args.model, profile=args.profile, options=options, init=args.init, n_train=args.n_train,
-                    on_adapted=(lambda base, data, model, tokenizer: captured.update(base=base, data=data, model=model, tokenizer=tokenizer))
-                    if checker else None,
-                ))
-                if checker and outcomes[-1].status != "failed":
-                    from clbench.lmeval import check_run, format_rows
+    for run in runs:
+        captured = {}
+        outcomes.append(run_one(
+            store=store, session=session, **run,
+            on_adapted=(lambda base, data, model, tokenizer: captured.update(base=base, data=data, model=model, tokenizer=tokenizer))
+            if checker else None,
+        ))
+        if checker and outcomes[-1].status in ("finished", "skipped"):  # not failed, nor left to another process
+            from clbench.lmeval import check_run, format_rows
 
-                    # a run already in the DB (skipped) is rebuilt for lm-eval
-                    rows = check_run(store, outcomes[-1].run_id, checker, captured or None, session, args.task_dir, only_missing=True)
-                    print(format_rows(outcomes[-1].run_id, rows), file=sys.stderr)
-    counts = {s: sum(o.status == s for o in outcomes) for s in ("finished", "skipped", "failed")}
+            # a run already in the DB (skipped) is rebuilt for lm-eval
+            rows = check_run(store, outcomes[-1].run_id, checker, captured or None, session, args.task_dir, only_missing=True)
+            print(format_rows(outcomes[-1].run_id, rows), file=sys.stderr)
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("finished", "skipped", "failed", "busy")}
     print(f"{len(outcomes)} runs: {counts['finished']} finished, {counts['skipped']} already in {args.db}, {counts['failed']} failed", file=sys.stderr)
+    if counts["busy"]:
+        print(f"{counts['busy']} run(s) left to other live processes that hold them", file=sys.stderr)
     print(summary(store, [o.run_id for o in outcomes]))
     return 1 if counts["failed"] else 0
 
@@ -322,6 +329,9 @@ COMMANDS = {"run": cmd_run, "ls": cmd_ls, "validate": cmd_validate, "results": c
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # our own progress lines suffice
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    # files are created with the user's umask, but never world-writable, even under umask 000
+    umask = os.umask(0o002)
+    os.umask(umask | 0o002)
     try:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
@@ -331,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("clbench: interrupted", file=sys.stderr)
         return 130
+    finally:
+        os.umask(umask)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,32 @@ def check_new_tokens(tokenizer, new_tokens: list[str]) -> None:
     clash = [t for t in new_tokens if t in vocab]
     if clash:
         raise ClbenchError(f"new token(s) already in the base vocabulary: {clash[:5]}")
+    # a string the base tokenizer already reads as one known token — "times" as "Ġtimes" after a
+    # space — is a word of V, not a new one: adding it would shadow that word in every old text
+    for token in new_tokens:
+        for text in (token, " " + token):
+            ids = tokenizer.encode(text, add_special_tokens=False)
+            if len(ids) == 1 and ids[0] != tokenizer.unk_token_id:
+                word = tokenizer.convert_ids_to_tokens(ids[0])
+                raise ClbenchError(f"new token {token!r} collides with the base vocabulary's word {word!r} ({text!r} is one known token)")
+
+
+def check_expansion(tokenizer, new_tokens: list[str], init: str) -> None:
+    """Everything expand() rejects, checked without changing anything."""
+    if init not in INIT_STRATEGIES:
+        raise ClbenchError(f"unknown init strategy {init!r}; known: {', '.join(INIT_STRATEGIES)}")
+    check_new_tokens(tokenizer, new_tokens)
+
+
+def add_new_tokens(tokenizer, new_tokens: list[str], *, whole_words: bool) -> list[list[int]]:
+    """Adds U to the tokenizer → the pieces the old tokenizer made of each new token."""
+    if whole_words:
+        pieces = [tokenizer.encode(" " + t, add_special_tokens=False) for t in new_tokens]
+        tokenizer.add_tokens([AddedToken(t, single_word=True, lstrip=True, normalized=False) for t in new_tokens])
+    else:
+        pieces = [tokenizer.encode(t, add_special_tokens=False) for t in new_tokens]
+        tokenizer.add_tokens(new_tokens)
+    return pieces
 
 
 def expand(model, tokenizer, new_tokens: list[str], *, init: str, seed: int, whole_words: bool = False) -> Expansion:
@@ -50,21 +76,14 @@ def expand(model, tokenizer, new_tokens: list[str], *, init: str, seed: int, who
     whole_words: each new token matches only as a whole word, absorbing the whitespace before it
     (a byte-level BPE marks a word's leading space inside its first token, so the new token
     stands for " word" and its sub-word pieces are those of " word")."""
-    if init not in INIT_STRATEGIES:
-        raise ClbenchError(f"unknown init strategy {init!r}; known: {', '.join(INIT_STRATEGIES)}")
-    check_new_tokens(tokenizer, new_tokens)
+    check_expansion(tokenizer, new_tokens, init)
     # |V| is the tokenizer's size: models with a padded embedding matrix (Qwen2.5: 151,936 rows
     # for 151,665 tokens) give U the unused rows first and grow the matrix only if needed.
     old_vocab = len(tokenizer)
     rows = model.get_input_embeddings().weight.shape[0]
     if old_vocab > rows:
         raise ClbenchError(f"tokenizer has {old_vocab} tokens but the model only {rows} embedding rows")
-    if whole_words:
-        pieces = [tokenizer.encode(" " + t, add_special_tokens=False) for t in new_tokens]
-        tokenizer.add_tokens([AddedToken(t, single_word=True, lstrip=True, normalized=False) for t in new_tokens])
-    else:
-        pieces = [tokenizer.encode(t, add_special_tokens=False) for t in new_tokens]
-        tokenizer.add_tokens(new_tokens)
+    pieces = add_new_tokens(tokenizer, new_tokens, whole_words=whole_words)
     new_ids = tokenizer.convert_tokens_to_ids(new_tokens)
     if new_ids != list(range(old_vocab, old_vocab + len(new_tokens))):
         raise ClbenchError(f"tokenizer gave the new tokens ids {new_ids[:5]}..., expected {old_vocab}...")

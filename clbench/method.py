@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 import pkgutil
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Protocol
@@ -48,9 +49,12 @@ class MethodSpec:
             if key not in fields:
                 raise ClbenchError(f"method {self.name!r} has no option {key!r}; options: {', '.join(fields)}")
         try:
-            return self.config_cls(**{k: _coerce(fields[k], v, self.name) for k, v in overrides.items()})
+            config = self.config_cls(**{k: _coerce(fields[k], v, self.name) for k, v in overrides.items()})
         except (TypeError, ValueError) as error:
             raise ClbenchError(f"method {self.name!r}: {error}") from None
+        if not (isinstance(config.lr, (int, float)) and math.isfinite(config.lr) and config.lr > 0):
+            raise ClbenchError(f"method {self.name!r}: lr must be a positive finite number, got {config.lr!r}")
+        return config
 
 
 def _coerce(field: dataclasses.Field, value: Any, method: str) -> Any:

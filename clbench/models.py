@@ -79,7 +79,7 @@ def _from_pretrained(ref: str, trust_remote_code: bool, dtype: torch.dtype):
     try:
         tokenizer = AutoTokenizer.from_pretrained(path if looks_local else ref, trust_remote_code=trust_remote_code, local_files_only=cached_only)
         model = AutoModelForCausalLM.from_pretrained(
-            path if looks_local else ref, trust_remote_code=trust_remote_code, use_safetensors=None, dtype=dtype,
+            path if looks_local else ref, trust_remote_code=trust_remote_code, use_safetensors=True, dtype=dtype,
             local_files_only=cached_only,
         )
     except (OSError, ValueError) as error:

@@ -1,7 +1,8 @@
 """The protocol: one function, the same for every task and method.
 
-    resolve config → load base and task data → (skip if already finished) → expand vocabulary
-    → train with the method under the task's budget → evaluate base and adapted → record
+    resolve config → load base and task data → check every input (plan) → (skip if already finished
+    or held by another live process) → claim → expand vocabulary → train with the method under the
+    task's budget → evaluate base and adapted → record (one transaction; see clbench/store.py)
 
 Base-model evaluations depend only on (model, data) and are computed once per process.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import resource
 import sys
 from dataclasses import asdict, dataclass, field
@@ -22,13 +24,13 @@ from clbench import metrics as M
 from clbench.data import Encoded, Stage, TaskData, encode_examples, encode_texts
 from clbench.errors import ClbenchError, DivergedError
 from clbench.evaluate import Scores, score
-from clbench.expand import INIT_STRATEGIES, expand
+from clbench.expand import INIT_STRATEGIES, add_new_tokens, check_expansion, expand
 from clbench.explain import rows_file, save_new_rows
 from clbench.method import MethodSpec
 from clbench.models import Base, load_base, resolve_device
 from clbench.provenance import git_commit, versions
 from clbench.store import Store, now
-from clbench.taskspec import Task
+from clbench.taskspec import Budget, Task
 from clbench.train import TrainResult, train
 
 
@@ -93,27 +95,81 @@ def old_sets(base: Base, data: TaskData) -> tuple[list[Encoded], list[Encoded]]:
 @dataclass(frozen=True)
 class Outcome:
     run_id: str
-    status: str  # finished | failed | skipped (already finished in the store)
+    status: str  # finished | failed | skipped (already finished in the store) | busy (another live process runs it)
     metrics: dict[str, float]
     reason: str | None = None
 
 
-def run_one(
+@dataclass(frozen=True)
+class Plan:
+    """A resolved run whose input passed every check: nothing after plan() rejects bad input."""
+
+    run_id: str
+    config: dict
+    method_config: object
+    base: Base
+    data: TaskData
+    budget: Budget
+
+
+def run_one(task: Task, method: MethodSpec, *, seed: int, store: Store, session: Session, on_adapted=None, **how) -> Outcome:
+    """Plan, then run unless finished or held by another live process; `how`: plan()'s options.
+
+    on_adapted(base, data, adapted_model, tokenizer), if given, sees the adapted model in memory
+    after evaluation (lm-eval checks); it is not called for skipped or failed runs."""
+    planned = plan(task, method, seed=seed, session=session, **how)
+    run_id, config, method_config, base, data, budget = (
+        planned.run_id, planned.config, planned.method_config, planned.base, planned.data, planned.budget)
+    init = config["init"]
+    if store.status(run_id) == "finished":
+        return Outcome(run_id, "skipped", {})
+    # the claim makes an interruption visible to the next command, which retries the run
+    claim = store.claim(run_id)
+    if claim.state == "finished":  # another process finished it since the check above
+        return Outcome(run_id, "skipped", {})
+    if claim.state == "busy":
+        log(f"{task.name} × {method.name} (seed {seed}): running in {claim.holder}; left to it")
+        return Outcome(run_id, "busy", {})
+    if claim.attempt > 1:
+        log(f"retrying run {run_id} (attempt {claim.attempt}; the previous attempt was interrupted or failed)")
+
+    log(f"{task.name} × {method.name} (seed {seed}, model {base.ref}, n_train {budget.n_train}, {budget.steps} steps)")
+    started = now()
+    matrix: list[tuple] = []
+    try:
+        with store.heartbeat(run_id, claim.attempt):
+            values = adapt_and_evaluate(base, data, method, method_config, budget, init, seed, session,
+                                        rows_path=rows_file(run_id), on_adapted=on_adapted, matrix=matrix)
+        status, reason = "finished", None
+    except DivergedError as error:
+        values, matrix, status, reason = {}, [], "failed", str(error)
+        log(f"  failed: {reason}")
+    store.record(
+        {
+            "run_id": run_id, "task": task.name, "task_version": task.spec.version, "method": method.name,
+            "model": base.ref, "seed": seed, "status": status, "reason": reason, "config": config,
+            "model_fingerprint": base.fingerprint, "data_fingerprint": data.fingerprint(),
+            "versions": versions(), "git_commit": git_commit(), "started_at": started, "finished_at": now(),
+        },
+        values,
+        attempt=claim.attempt,
+        stage_matrix=matrix,
+    )
+    return Outcome(run_id, status, values, reason)
+
+
+def plan(
     task: Task,
     method: MethodSpec,
     *,
     seed: int,
-    store: Store,
     session: Session,
     model: str | None = None,
     profile: str | None = None,
     options: dict | None = None,
     init: str | None = None,
     n_train: int | None = None,
-    on_adapted=None,
-) -> Outcome:
-    """on_adapted(base, data, adapted_model, tokenizer), if given, sees the adapted model in memory
-    after evaluation (lm-eval checks); it is not called for skipped or failed runs."""
+) -> Plan:
     # 1. resolve: everything that determines the result goes into the config, and the run_id hashes it
     default_model, budget, params = task.resolved(profile)
     if n_train is not None:
@@ -136,30 +192,27 @@ def run_one(
         "model_fingerprint": base.fingerprint, "data_fingerprint": data.fingerprint(),
     }
     run_id = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
-    if store.status(run_id) == "finished":
-        return Outcome(run_id, "skipped", {})
+    preflight(base, data, budget, init)
+    return Plan(run_id, config, method_config, base, data, budget)
 
-    log(f"{task.name} × {method.name} (seed {seed}, model {base.ref}, n_train {budget.n_train}, {budget.steps} steps)")
-    started = now()
-    matrix: list[tuple] = []
-    try:
-        values = adapt_and_evaluate(base, data, method, method_config, budget, init, seed, session,
-                                    rows_path=rows_file(run_id), on_adapted=on_adapted, matrix=matrix)
-        status, reason = "finished", None
-    except DivergedError as error:
-        values, matrix, status, reason = {}, [], "failed", str(error)
-        log(f"  failed: {reason}")
-    store.record(
-        {
-            "run_id": run_id, "task": task.name, "task_version": task.spec.version, "method": method.name,
-            "model": base.ref, "seed": seed, "status": status, "reason": reason, "config": config,
-            "model_fingerprint": base.fingerprint, "data_fingerprint": data.fingerprint(),
-            "versions": versions(), "git_commit": git_commit(), "started_at": started, "finished_at": now(),
-        },
-        values,
-        stage_matrix=matrix,
-    )
-    return Outcome(run_id, status, values, reason)
+
+def preflight(base: Base, data: TaskData, budget: Budget, init: str) -> None:
+    """Every check that can reject a run's input, before the store is touched: bad input leaves it as it was."""
+    tokenizer = copy.deepcopy(base.tokenizer)
+    check_expansion(tokenizer, data.new_tokens, init)
+    add_new_tokens(tokenizer, data.new_tokens, whole_words=data.whole_word_tokens)
+    for stage in stages_of(data):
+        if budget.n_train > len(stage.train):
+            where = f"stage {stage.name!r}" if data.stages else "the task"
+            raise ClbenchError(f"n_train {budget.n_train} exceeds the {len(stage.train)} training examples of {where}")
+        encode_examples(tokenizer, stage.train[: budget.n_train] + stage.target_test, base.max_length)
+    encode_examples(tokenizer, data.target_test, base.max_length)
+    old_sets(base, data)
+
+
+def stages_of(data: TaskData) -> list[Stage]:
+    """A plain task is a sequential one of a single stage."""
+    return data.stages or [Stage("", data.new_tokens, data.train, data.target_test)]
 
 
 def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_config, budget, init: str, seed: int,
@@ -179,7 +232,7 @@ def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_co
     old_set, skill_set = old_sets(base, data)
     scored = lambda m, examples: score(m, examples, old_vocab=old_vocab, pad_id=pad, batch_size=budget.eval_batch_size)
     at_init = scored(model, target_set)
-    stages = data.stages or [Stage("", data.new_tokens, data.train, data.target_test)]
+    stages = stages_of(data)
     if data.stages:
         matrix += stage_row(0, model, stages, tokenizer, base.max_length, old_set, scored)
 
@@ -188,8 +241,6 @@ def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_co
         torch.cuda.reset_peak_memory_stats()
     results, trainable, first_new = [], 0, 0
     for number, stage in enumerate(stages, 1):
-        if budget.n_train > len(stage.train):
-            raise ClbenchError(f"stage {stage.name!r}: n_train {budget.n_train} exceeds its {len(stage.train)} training examples")
         adapter = method.setup(model, expansion.part(first_new, len(stage.new_tokens)), method_config)
         first_new += len(stage.new_tokens)
         trainable = max(trainable, sum(p.numel() for group in adapter.param_groups for p in group["params"]))
@@ -227,6 +278,11 @@ def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_co
     if data.stages:
         values.update(stage_metrics(matrix, [s.name for s in stages]))
     log("  " + "  ".join(f"{k} {values[k]:.4g}" for k in ("target_loss", "target_acc", "forgetting_oldvocab", "old_skill_acc_delta") if k in values))
+    # the loop checks each loss before its update; the last update can still leave weights whose
+    # outputs overflow: a run whose adapted model scores non-finite losses diverged, it is no result
+    for name in ("target_loss", "target_loss_full", "forgetting_oldvocab", "forgetting_full"):
+        if not math.isfinite(values[name]):
+            raise DivergedError(f"non-finite {name} ({values[name]}) after training")
     if on_adapted is not None:
         on_adapted(base, data, model, tokenizer)
     return values

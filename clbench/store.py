@@ -1,16 +1,32 @@
 """Results in DuckDB: one row per run, metrics in long form, and the `results` view.
 
 `results(run_id, task, method, model, seed, metric, value, status)` is the stable query surface.
-A run's row and its metrics are written in one transaction, so a reader never sees a finished
-run without its metrics. DuckDB admits one writing process at a time: every write opens the
-file briefly and retries while another process holds the lock.
+
+Reliability (README "Reliability"):
+- A run's row and its metrics are written in one transaction, so a reader never sees a finished
+  run without its metrics, and a process killed mid-write leaves nothing of that write.
+- DuckDB admits one writing process at a time: every access opens the file briefly and retries
+  while another process holds the lock (up to LOCK_WAIT_SECONDS); reads open it read-only.
+- Before training, a run is claimed: an `attempts` row (run_id, attempt, outcome='running', host,
+  pid, process start token) committed under that lock, so of several processes racing for one run
+  exactly one trains it; the others see a live holder and leave it ("busy"). A 'running' attempt
+  whose process is gone (SIGKILL, crash, reboot, a reused pid) is marked 'interrupted' and the run
+  is retried as attempt n+1. The final write checks that this process still holds its attempt and
+  writes nothing otherwise, so even a wrongly retried run yields one record, never two.
+- Another host's processes cannot be seen from here: while a run trains, a thread refreshes its
+  attempt's beat_at every HEARTBEAT_SECONDS, and a claim from another host whose heartbeat is older
+  than STALE_SECONDS counts as dead (SLURM jobs sharing one results file on a shared filesystem).
+- `check()` runs before any work and writes nothing: bad input never touches the database.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
+import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -18,6 +34,8 @@ import duckdb
 import pandas as pd
 
 from clbench.errors import ClbenchError
+from clbench.faults import fault_point
+from clbench.owner import Owner
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -53,6 +71,18 @@ CREATE TABLE IF NOT EXISTS stage_matrix (
     value DOUBLE,
     PRIMARY KEY (run_id, after_stage, eval_stage, metric)
 );
+CREATE TABLE IF NOT EXISTS attempts (
+    run_id VARCHAR NOT NULL,
+    attempt INTEGER NOT NULL,     -- 1, 2, ...: a retried run has several
+    outcome VARCHAR NOT NULL,     -- running | finished | failed | interrupted (its process died)
+    host VARCHAR NOT NULL,
+    pid INTEGER NOT NULL,
+    process_start VARCHAR,        -- boot id + kernel start time of the pid: a reused pid is another process
+    started_at TIMESTAMP NOT NULL,
+    beat_at TIMESTAMP,            -- refreshed every HEARTBEAT_SECONDS while running: liveness seen from other hosts
+    ended_at TIMESTAMP,           -- NULL while running and for an interrupted attempt
+    PRIMARY KEY (run_id, attempt)
+);
 CREATE TABLE IF NOT EXISTS lm_eval (
     run_id VARCHAR NOT NULL,
     task VARCHAR NOT NULL,        -- lm-eval task name
@@ -71,6 +101,15 @@ CREATE OR REPLACE VIEW results AS
 """
 
 LOCK_WAIT_SECONDS = 120.0
+HEARTBEAT_SECONDS = 60.0
+STALE_SECONDS = 600.0  # a claim from another host without a heartbeat for this long: its machine died
+
+
+@dataclass(frozen=True)
+class Claim:
+    state: str  # claimed (this process runs it) | finished (nothing to do) | busy (a live process runs it)
+    attempt: int = 0  # when claimed: 1 for a first run, n > 1 for a retry
+    holder: Owner | None = None  # when busy: who runs it
 
 
 class Store:
@@ -104,19 +143,115 @@ class Store:
         finally:
             connection.close()
 
+    def check(self) -> None:
+        """Fail before any work if results could not be stored here. Writes nothing.
+
+        An existing file must be a clbench results database (a DuckDB file with our tables, or none
+        yet); a new one must be creatable in its folder (a real write test: permission bits do not
+        stop root, a read-only mount or /sys does)."""
+        if not self.path.exists():
+            try:
+                tempfile.TemporaryFile(dir=self.path.parent).close()
+            except OSError as error:
+                raise ClbenchError(f"cannot create results database in {self.path.parent}: {error.strerror or error}") from None
+            return
+        with self._connect(read_only=True) as db:
+            found = _columns(db)
+        if not found:
+            return  # an empty DuckDB file: the tables are created on the first write
+        with duckdb.connect(":memory:") as memory:
+            expected = _columns(memory.execute(SCHEMA))
+        for table in ("runs", "metrics"):
+            missing = sorted(expected[table] - found.get(table, set()))
+            if missing:
+                raise ClbenchError(f"{self.path} is not a clbench results database (table {table} lacks {', '.join(missing)})")
+
     def status(self, run_id: str) -> str | None:
         if not self.path.exists():
             return None
         with self._connect(read_only=True) as db:
-            row = db.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()
+            try:
+                row = db.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()
+            except duckdb.CatalogException:
+                return None  # an empty database: nothing recorded yet
         return row[0] if row else None
 
-    def record(self, run: dict, metrics: dict[str, float], stage_matrix: list[tuple] = ()) -> None:
-        """Insert or replace one run, its metrics and its stage matrix atomically."""
+    def claim(self, run_id: str) -> Claim:
+        """Mark run_id as running in this process, unless it is finished or a live process holds it.
+
+        One transaction under DuckDB's single-writer lock, so of processes racing for a run exactly one
+        claims it. A 'running' attempt whose process is gone — or is this process, whose earlier
+        attempt raised — is marked interrupted, and the run is claimed again as the next attempt."""
+        me = Owner.me()
+        with self._connect() as db:
+            db.execute("BEGIN TRANSACTION")
+            if db.execute("SELECT 1 FROM runs WHERE run_id = ? AND status = 'finished'", [run_id]).fetchone():
+                db.execute("ROLLBACK")
+                return Claim("finished")
+            last = db.execute(
+                "SELECT attempt, outcome, coalesce(beat_at, started_at), host, pid, process_start FROM attempts"
+                " WHERE run_id = ? ORDER BY attempt DESC LIMIT 1",
+                [run_id],
+            ).fetchone()
+            attempt = 1
+            if last:
+                previous, outcome, beat, holder = last[0], last[1], last[2], Owner(*last[3:])
+                if outcome == "running":
+                    # this host's processes can be looked at; another host's only through its heartbeat
+                    alive = holder.alive() if holder.host == me.host else (now() - beat).total_seconds() < STALE_SECONDS
+                    if holder != me and alive:
+                        db.execute("ROLLBACK")
+                        return Claim("busy", holder=holder)
+                    db.execute("UPDATE attempts SET outcome = 'interrupted' WHERE run_id = ? AND attempt = ?", [run_id, previous])
+                attempt = previous + 1
+            db.execute(
+                "INSERT INTO attempts VALUES (?, ?, 'running', ?, ?, ?, ?, ?, NULL)",
+                [run_id, attempt, me.host, me.pid, me.start, now(), now()],
+            )
+            db.execute("COMMIT")
+        return Claim("claimed", attempt)
+
+    @contextmanager
+    def heartbeat(self, run_id: str, attempt: int):
+        """While the body runs, refresh the attempt's beat_at every HEARTBEAT_SECONDS from a thread."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(HEARTBEAT_SECONDS):
+                try:
+                    with self._connect() as db:
+                        db.execute("UPDATE attempts SET beat_at = ? WHERE run_id = ? AND attempt = ?", [now(), run_id, attempt])
+                except ClbenchError:
+                    pass  # a missed beat only ages the claim; the next one may get the lock
+
+        thread = threading.Thread(target=beat, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    def record(self, run: dict, metrics: dict[str, float], attempt: int | None = None, stage_matrix: list[tuple] = ()) -> None:
+        """Insert or replace one run, its metrics and its stage matrix atomically.
+
+        With `attempt` (from claim) the same transaction closes that attempt with the run's status,
+        and nothing is written if this process no longer holds it."""
         row = dict(run, config=json.dumps(run["config"], sort_keys=True), versions=json.dumps(run["versions"]))
         columns = list(row)
         with self._connect() as db:
             db.execute("BEGIN TRANSACTION")
+            if attempt is not None:
+                holder = db.execute(
+                    "SELECT host, pid, process_start FROM attempts WHERE run_id = ? AND attempt = ? AND outcome = 'running'",
+                    [run["run_id"], attempt],
+                ).fetchone()
+                if holder is None or Owner(*holder) != Owner.me():
+                    raise ClbenchError(f"run {run['run_id']}: attempt {attempt} is no longer held by this process; its result is discarded")
+                db.execute(
+                    "UPDATE attempts SET outcome = ?, ended_at = ? WHERE run_id = ? AND attempt = ?",
+                    [run["status"], now(), run["run_id"], attempt],
+                )
             db.execute("DELETE FROM metrics WHERE run_id = ?", [run["run_id"]])
             db.execute("DELETE FROM stage_matrix WHERE run_id = ?", [run["run_id"]])
             db.execute("DELETE FROM runs WHERE run_id = ?", [run["run_id"]])
@@ -130,6 +265,7 @@ class Store:
                 )
             if stage_matrix:
                 db.executemany("INSERT INTO stage_matrix VALUES (?, ?, ?, ?, ?)", [(run["run_id"], *row) for row in stage_matrix])
+            fault_point("record")  # crash tests: SIGKILL here, mid-transaction
             db.execute("COMMIT")
 
     def record_lm_eval(self, run_id: str, rows: list[dict]) -> None:
@@ -150,6 +286,14 @@ class Store:
             raise ClbenchError(f"results database {self.path} does not exist (run `clbench run` first)")
         with self._connect(read_only=True) as db:
             return db.execute(sql, params or []).df()
+
+
+def _columns(db) -> dict[str, set[str]]:
+    rows = db.execute("SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'main'").fetchall()
+    found: dict[str, set[str]] = {}
+    for table, column in rows:
+        found.setdefault(table, set()).add(column)
+    return found
 
 
 def _first_line(error: Exception) -> str:

@@ -91,7 +91,10 @@ class Task:
 
     def build(self, params: BaseModel, tokenizer) -> TaskData:
         _, generate = self._hook
-        data = generate(params, tokenizer)
+        try:
+            data = generate(params, tokenizer)
+        except (OSError, UnicodeDecodeError) as error:  # a generator's data file missing, unreadable or not UTF-8
+            raise ClbenchError(f"task {self.name!r}: cannot read its data: {error}") from None
         if not data.train or not data.target_test or not data.old_text:
             raise ClbenchError(f"task {self.name!r}: the generator produced an empty train, target or old-text set")
         return data
@@ -132,6 +135,8 @@ def builtin_task_dir() -> Path:
 def load_tasks(extra_dirs: list[Path] = ()) -> Registry[Task]:
     registry: Registry[Task] = Registry("task")
     for directory in [builtin_task_dir(), *extra_dirs]:
+        if not directory.is_dir():
+            raise ClbenchError(f"task folder {directory} does not exist or is not a folder")
         for path in sorted(directory.glob("*.yaml")):
             task = load_task_file(path)
             registry.register(task.name, task)

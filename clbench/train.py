@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from clbench.data import Encoded, collate
 from clbench.errors import DivergedError
+from clbench.faults import fault_point
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ def train(
             raise DivergedError(f"non-finite gradient norm at step {step}")
         optimizer.step()
         schedule.step()
+        fault_point("train-step")  # crash tests: SIGKILL here, mid-training
         tokens += int(attention.sum())
         if on_step:
             on_step(step, loss_value)

@@ -153,14 +153,14 @@ def test_runs_are_deterministic(tmp_path, tiny_builtin, small_task_file):
 
 def test_a_diverged_run_is_recorded_as_failed(tmp_path, tiny_builtin, small_task_file):
     store = Store(tmp_path / "r.duckdb")
-    outcome = _run(small_task_file, "et", store, options={"lr": "inf"})
+    outcome = _run(small_task_file, "fft", store, options={"lr": "1e30"})  # lr inf is refused as bad input
     assert outcome.status == "failed"
     assert outcome.metrics == {}
     assert outcome.reason.startswith("non-finite")
     assert store.status(outcome.run_id) == "failed"
-    assert results(store) == [(outcome.run_id, "small", "et", "builtin:tiny", 0, None, None, "failed")]
+    assert results(store) == [(outcome.run_id, "small", "fft", "builtin:tiny", 0, None, None, "failed")]
     # a failed run is not "done": asking again runs it again (and fails again), still one row
-    assert _run(small_task_file, "et", store, options={"lr": "inf"}).status == "failed"
+    assert _run(small_task_file, "fft", store, options={"lr": "1e30"}).status == "failed"
     assert store.query("SELECT count(*) AS n FROM runs").n.tolist() == [1]
 
 
