@@ -169,12 +169,18 @@ def cmd_run(args) -> int:
             # a run already in the DB (skipped) is rebuilt for lm-eval
             rows = check_run(store, outcomes[-1].run_id, checker, captured or None, session, args.task_dir, only_missing=True)
             print(format_rows(outcomes[-1].run_id, rows), file=sys.stderr)
-    counts = {s: sum(o.status == s for o in outcomes) for s in ("finished", "skipped", "failed", "busy")}
-    print(f"{len(outcomes)} runs: {counts['finished']} finished, {counts['skipped']} already in {args.db}, {counts['failed']} failed", file=sys.stderr)
+    failed = report_statuses([o.status for o in outcomes], args.db)
+    print(summary(store, [o.run_id for o in outcomes]))
+    return 1 if failed else 0
+
+
+def report_statuses(statuses: list[str], db: str) -> int:
+    """One stderr line on what a command did; → the number of failed runs."""
+    counts = {s: statuses.count(s) for s in ("finished", "skipped", "failed", "busy")}
+    print(f"{len(statuses)} runs: {counts['finished']} finished, {counts['skipped']} already in {db}, {counts['failed']} failed", file=sys.stderr)
     if counts["busy"]:
         print(f"{counts['busy']} run(s) left to other live processes that hold them", file=sys.stderr)
-    print(summary(store, [o.run_id for o in outcomes]))
-    return 1 if counts["failed"] else 0
+    return counts["failed"]
 
 
 SUMMARY_METRICS = ["target_loss", "target_acc", "target_acc_seen", "target_acc_unseen", "old_skill_acc_delta",
@@ -294,13 +300,12 @@ def cmd_sweep(args) -> int:
         outcomes = [(run_id, status) for run_id, status, _ in execute(
             requests, args.executor, workers=args.workers, folder=args.executor_folder, timeout_min=args.timeout_min,
             slurm_partition=args.slurm_partition, gpus_per_job=args.gpus_per_job)]
-    counts = {s: sum(status == s for _, status in outcomes) for s in ("finished", "skipped", "failed")}
-    print(f"{len(outcomes)} runs: {counts['finished']} finished, {counts['skipped']} already in {args.db}, {counts['failed']} failed", file=sys.stderr)
+    failed = report_statuses([status for _, status in outcomes], args.db)
     import pandas as pd
 
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.4g}".format):
         print(curve(store, [run_id for run_id, _ in outcomes]).to_string())
-    return 1 if counts["failed"] else 0
+    return 1 if failed else 0
 
 
 def parse_counts(text: str) -> list[int]:
