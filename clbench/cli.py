@@ -128,7 +128,6 @@ def build_parser() -> Parser:
 
 
 def cmd_run(args) -> int:
-    from clbench.expand import INIT_STRATEGIES
     from clbench.method import methods
     from clbench.models import resolve_device
     from clbench.protocol import Session, plan, run_one
@@ -139,12 +138,8 @@ def cmd_run(args) -> int:
     task_names, method_names = tasks.resolve(args.task), registry.resolve(args.method)
     seeds, options = parse_seeds(args.seeds), parse_options(args.set)
     resolve_device(args.device)  # a bad --device fails before any model is loaded
-    if args.init is not None and args.init not in INIT_STRATEGIES:
-        raise ClbenchError(f"unknown init strategy {args.init!r}; known: {', '.join(INIT_STRATEGIES)}")
     if options and len(method_names) > 1:
         raise ClbenchError("--set applies to one method; name a single --method with it")
-    for name in method_names:
-        registry.get(name).config(options)  # fail on a bad option before any work
     store, session = Store(args.db), Session(trust_remote_code=args.trust_remote_code, device=args.device)
     store.check()
     checker = lm_eval_checker(args.lm_eval) if args.lm_eval else None  # bad task names fail before any training
@@ -154,7 +149,9 @@ def cmd_run(args) -> int:
         for task_name in task_names for method_name in method_names for seed in seeds
     ]
     for run in runs:
-        plan(session=session, **run)  # every run's input is checked before the first one trains or writes
+        # every run's input (init, method options, data, ...) is checked before the first one trains
+        # or writes; plan() rejects init and options before it loads a model
+        plan(session=session, **run)
     outcomes = []
     for run in runs:
         captured = {}
