@@ -13,7 +13,9 @@ class FFTConfig:
 
 class FFT:
     def __init__(self, model, expansion, config: FFTConfig):
-        model.requires_grad_(True)
+        # float32 masters (a no-op on CPU, where models load in float32): a bf16 weight cannot take
+        # an update below 2^-8 of itself; under autocast the forward still computes in bf16
+        model.float().requires_grad_(True)
         self.model = model
         self.param_groups = [{"params": [p for p in model.parameters()], "weight_decay": config.weight_decay}]
 

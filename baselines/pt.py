@@ -42,7 +42,8 @@ class PromptTuning:
             task_type="CAUSAL_LM", num_virtual_tokens=self.k, token_dim=embedding.weight.shape[1],
             num_transformer_submodules=1, prompt_tuning_init="SAMPLE_VOCAB",
         )
-        self.prompt = PromptEmbedding(peft_config, embedding).to(embedding.weight.device)
+        # float32 master of the prompt (sampled from a possibly bf16 vocabulary); cast to the embeddings' dtype in use
+        self.prompt = PromptEmbedding(peft_config, embedding).to(embedding.weight.device, torch.float32)
         self.rows = NewRows(model, expansion.old_vocab, len(expansion.new_ids))
         decoder = model.get_decoder()
         decoder.register_forward_pre_hook(self._prepend, with_kwargs=True)

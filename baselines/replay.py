@@ -24,7 +24,7 @@ class ReplayConfig:
 
 class Replay:
     def __init__(self, model, expansion, config: ReplayConfig):
-        model.requires_grad_(True)
+        model.float().requires_grad_(True)  # float32 masters, as in fft
         self.model, self.fraction = model, config.fraction
         self.param_groups = [{"params": list(model.parameters())}]
 

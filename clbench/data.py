@@ -83,14 +83,28 @@ def encode_texts(tokenizer, texts: list[str], max_length: int) -> list[Encoded]:
     return [encode(tokenizer, "", t, max_length) for t in texts]
 
 
+class Padded:
+    """Examples padded into one matrix once; a batch is then a row selection, a few tensor ops per
+    step instead of a Python loop over its examples (which cost ~1 ms a step, 8 % of a small model's)."""
+
+    def __init__(self, encoded: list[Encoded], pad_id: int):
+        self.lengths = torch.tensor([len(e.ids) for e in encoded])
+        self.loss_from = torch.tensor([e.loss_from for e in encoded])
+        width = int(self.lengths.max())
+        self.ids = torch.tensor([e.ids + [pad_id] * (width - len(e.ids)) for e in encoded], dtype=torch.long)
+
+    def batch(self, rows: list[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """→ input_ids, attention_mask, target_mask, as wide as the batch's longest example."""
+        rows = torch.as_tensor(rows, dtype=torch.long)
+        lengths, loss_from = self.lengths[rows], self.loss_from[rows]
+        width = int(lengths.max())
+        positions = torch.arange(width)
+        attention = (positions < lengths[:, None]).long()
+        # target_mask[b, t] says ids[b, t+1] is scored: from loss_from to the last token
+        target = (positions[:-1] >= loss_from[:, None] - 1) & (positions[:-1] < lengths[:, None] - 1)
+        return self.ids[rows, :width], attention, target
+
+
 def collate(batch: list[Encoded], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """→ input_ids, attention_mask, target_mask; target_mask[b, t] says ids[b, t+1] is scored."""
-    width = max(len(e.ids) for e in batch)
-    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(batch), width), dtype=torch.long)
-    target = torch.zeros((len(batch), width - 1), dtype=torch.bool)
-    for row, e in enumerate(batch):
-        ids[row, : len(e.ids)] = torch.tensor(e.ids)
-        attention[row, : len(e.ids)] = 1
-        target[row, e.loss_from - 1 : len(e.ids) - 1] = True
-    return ids, attention, target
+    return Padded(batch, pad_id).batch(range(len(batch)))

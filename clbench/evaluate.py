@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from clbench import metrics
-from clbench.data import Encoded, collate
+from clbench.data import Encoded, Padded
 from clbench.train import autocast
 
 
@@ -65,27 +65,35 @@ def score(model, encoded: list[Encoded], *, old_vocab: int, pad_id: int, batch_s
     # batches of similar lengths waste little on padding; the order is a function of the data
     # alone, so base and adapted models still see identical batches
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].ids))
+    padded = Padded(encoded, pad_id)
     for start in range(0, len(encoded), batch_size):
         members = order[start : start + batch_size]
-        ids, attention, target_mask = collate([encoded[i] for i in members], pad_id)
-        ids, attention, target_mask = ids.to(device), attention.to(device), target_mask.to(device)
+        ids, attention, target_mask = (t.to(device) for t in padded.batch(members))
         with autocast(device):
             hidden = model.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state
         h = hidden[:, :-1][target_mask]
         targets = ids[:, 1:][target_mask]
         rows = torch.tensor(members, device=device)[:, None].expand_as(target_mask)[target_mask]
-        # chunks of positions bound the [positions, |V|] float64 log-softmax (49k-152k vocabularies)
+        # chunks of positions bound the [positions, |V|] logits (49k-152k vocabularies)
         for chunk in range(0, len(targets), POSITIONS_PER_CHUNK):
             h_chunk, t_chunk = h[chunk : chunk + POSITIONS_PER_CHUNK], targets[chunk : chunk + POSITIONS_PER_CHUNK]
             logits_old = _head(model, h_chunk, old_vocab)
-            logits_full = _head(model, h_chunk, None) if full_vocab > old_vocab else logits_old
             is_old = t_chunk < old_vocab
-            nll_old += metrics.token_nll(logits_old[is_old], t_chunk[is_old]).sum().item()
+            # a new-token target has no old-softmax NLL: clamped only to keep gather in range, then dropped
+            nll = metrics.token_nll(logits_old, t_chunk.clamp(max=old_vocab - 1))
+            nll_old += nll[is_old].sum().item()
             n_old += int(is_old.sum())
-            nll_full += metrics.token_nll(logits_full, t_chunk).sum().item()
+            hit_old = logits_old.argmax(-1) == t_chunk
+            if full_vocab > old_vocab:
+                logits_full = _head(model, h_chunk, None)
+                nll_full += metrics.token_nll(logits_full, t_chunk).sum().item()
+                hit_full = logits_full.argmax(-1) == t_chunk
+            else:  # an unexpanded model: the full softmax is the old one, computed once
+                nll_full += nll.sum().item()
+                hit_full = hit_old
             n_full += len(t_chunk)
-            correct_old.append(logits_old.argmax(-1) == t_chunk)
-            correct_full.append(logits_full.argmax(-1) == t_chunk)
+            correct_old.append(hit_old)
+            correct_full.append(hit_full)
         example_of.append(rows)
     model.train(was_training)
     example_of = torch.cat(example_of).cpu()

@@ -26,7 +26,7 @@ from clbench.metrics import METRICS, higher_is_better
 from clbench.store import Store, now
 
 KEY = ["task", "method", "model", "settings", "n_train"]
-TARGET = "target_acc"
+QUALITY = ("target_acc", "target_loss")  # what the plots put against forgetting, the first that ranks the runs
 FORGETTING = ("forgetting_oldvocab", "forgetting_full")
 # headline metrics first, in this order; the rest follow alphabetically
 ORDER = ["target_acc", "target_acc_seen", "target_acc_unseen", "target_loss", "old_skill_acc_delta",
@@ -85,6 +85,17 @@ def aggregate(values: pd.DataFrame) -> pd.DataFrame:
     table["runs"] = grouped.run_id.nunique().values
     table["higher_is_better"] = table.metric.map(direction)
     return table
+
+
+def quality_metric(task_table: pd.DataFrame) -> str | None:
+    """target_acc, unless every run of the task scores 0 on it: exact match of a whole free-text
+    completion (pseudo-word and language tasks at small budgets) — then target_loss, which still
+    ranks them. None when the task has neither."""
+    for metric in QUALITY:
+        means = task_table.loc[task_table.metric == metric, "mean"].dropna()
+        if len(means) and (metric != "target_acc" or (means != 0).any()):
+            return metric
+    return None
 
 
 def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -167,16 +178,16 @@ def point_labels(rows: pd.DataFrame) -> list[str]:
     return labels
 
 
-def tradeoff_plot(points: pd.DataFrame, salt: str) -> str | None:
+def tradeoff_plot(points: pd.DataFrame, quality: str | None, salt: str) -> str | None:
     """Target quality vs each forgetting metric, one panel each, the Pareto front drawn."""
     panels = [f for f in FORGETTING if f in points]
-    if TARGET not in points or not panels:
+    if quality not in points or not panels:
         return None
     with rc_context(SVG_STYLE):
         fig = Figure(figsize=(5.2 * len(panels), 4))
         for ax, forgetting in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels):
-            x, y = points[forgetting].to_numpy(float), points[TARGET].to_numpy(float)
-            front = pareto_front(x, y)
+            x, y = points[forgetting].to_numpy(float), points[quality].to_numpy(float)
+            front = pareto_front(x, y if direction(quality) else -y)
             ax.scatter(x[~front], y[~front], color="tab:gray", label="dominated")
             ax.scatter(x[front], y[front], color="tab:red", marker="D", label="Pareto front")
             order = np.argsort(x[front])
@@ -185,18 +196,18 @@ def tradeoff_plot(points: pd.DataFrame, salt: str) -> str | None:
                 if not (np.isnan(xi) or np.isnan(yi)):
                     ax.annotate(text, (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=7)
             ax.set_xlabel(f"{forgetting}{arrow(forgetting)}")
-            ax.set_ylabel(f"{TARGET}{arrow(TARGET)}")
+            ax.set_ylabel(f"{quality}{arrow(quality)}")
             ax.margins(x=0.25, y=0.1)
             ax.legend(loc="best", fontsize=7)
             ax.grid(alpha=0.3)
         return svg(fig, salt)
 
 
-def sample_efficiency_plot(part: pd.DataFrame, salt: str) -> str | None:
+def sample_efficiency_plot(part: pd.DataFrame, quality: str | None, salt: str) -> str | None:
     """Metric vs n_train, one line per (method, model, settings), where a task has a sweep."""
     if part.n_train.nunique() < 2:
         return None
-    shown = [m for m in (TARGET, "forgetting_oldvocab") if m in set(part.metric)]
+    shown = [m for m in (quality, "forgetting_oldvocab") if m in set(part.metric)]
     with rc_context(SVG_STYLE):
         fig = Figure(figsize=(5.2 * len(shown), 4))
         for ax, metric in zip(fig.subplots(1, len(shown), squeeze=False)[0], shown):
@@ -307,11 +318,13 @@ def build(db: str | Path, out: str | Path) -> Path:
         anchors = [f"prov-{t}-{i}" for i in range(len(cells))]
         index_rows += [(a, tuple(r)) for a, r in zip(anchors, cells[KEY].itertuples(index=False))]
         points = cells[KEY].assign(label=point_labels(cells))
-        for metric in (TARGET, *FORGETTING):
+        quality = quality_metric(table[table.task == task])
+        for metric in (quality, *FORGETTING):
             if metric in metrics:
                 means = table[(table.task == task) & (table.metric == metric)].set_index(KEY)["mean"]
                 points[metric] = [means.get(tuple(r), np.nan) for r in cells[KEY].itertuples(index=False)]
-        plots = [tradeoff_plot(points, f"{t}-tradeoff"), sample_efficiency_plot(table[table.task == task], f"{t}-sweep")]
+        plots = [tradeoff_plot(points, quality, f"{t}-tradeoff"),
+                 sample_efficiency_plot(table[table.task == task], quality, f"{t}-sweep")]
         if matrix is not None:
             plots += heatmaps(matrix, runs[runs.task == task], t)
         figures = "".join(f'<figure class="plot">{p}</figure>' for p in plots if p)

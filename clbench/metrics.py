@@ -51,8 +51,12 @@ def higher_is_better(metric: str) -> bool:
 
 
 def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """NLL of each target under softmax(logits); logits [P, V], targets [P] → [P] (float64)."""
-    return -torch.log_softmax(logits.double(), dim=-1).gather(-1, targets[:, None]).squeeze(-1)
+    """NLL of each target under softmax(logits) = logsumexp(logits) − logits[target]; logits [P, V],
+    targets [P] → [P] float64. Computed in float32 (bf16/fp16 logits are upcast), as lm-eval does:
+    a float64 log-softmax over a 49k–152k vocabulary cost 2.6× as much time (0.23 s per 1,024
+    positions here) for a per-token difference below 2e-6; the float64 result is for summing."""
+    logits = logits.float()
+    return (torch.logsumexp(logits, dim=-1) - logits.gather(-1, targets[:, None]).squeeze(-1)).double()
 
 
 def mean_nll(nll_sum: float, n_tokens: int) -> float:

@@ -15,8 +15,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from clbench.data import Encoded, collate
-from clbench.errors import DivergedError
+from clbench.data import Encoded, Padded
+from clbench.errors import ClbenchError, DivergedError
 from clbench.faults import fault_point
 
 
@@ -70,6 +70,10 @@ def train(
 ) -> TrainResult:
     """vocab_limit: softmax over the first vocab_limit logits only (p(u|·)=0 for new tokens u)."""
     params = [p for group in param_groups for p in group["params"]]
+    low = sorted({str(p.dtype).removeprefix("torch.") for p in params if p.dtype != torch.float32})
+    if low:  # a method's bug, caught before it silently trains nothing
+        raise ClbenchError(f"trainable parameters must be float32 masters, got {', '.join(low)}: an AdamW step below "
+                           "2^-8 of a bf16 weight rounds away; keep float32 copies and let autocast compute in bf16")
     # weight decay only where a group asks: decay moves rows whose gradient is zero
     optimizer = torch.optim.AdamW(param_groups, lr=lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(max(1, int(warmup_frac * steps)), steps))
@@ -79,8 +83,9 @@ def train(
     tokens = 0
     loss_value = float("nan")
     start = time.perf_counter()
+    padded = Padded(examples, pad_id)
     for step, batch in enumerate(epoch_batches(len(examples), batch_size, steps, generator)):
-        ids, attention, target_mask = (t.to(device) for t in collate([examples[i] for i in batch], pad_id))
+        ids, attention, target_mask = (t.to(device) for t in padded.batch(batch))
         with autocast(device):
             logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]
             if vocab_limit is not None:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from clbench.cli import main
-from clbench.leaderboard import build, pareto_front
+from clbench.leaderboard import aggregate, build, load, pareto_front, quality_metric
 from leaderboard_db import EVIL, record, tiny_db
 
 
@@ -105,3 +105,17 @@ def test_lm_eval_checks_are_tabled_per_row_with_mean_and_std(tmp_path):
     checks = text.split("### lm-eval checks (in-process, full softmax)\n")[1]
     assert "| et       | tiny    | lr=0.01, init=random |       200 | clbench_old_text | bits_per_byte    |    1.5 | 1.75 ± 0.3536 | 0.25 ± 0.3536            |      2 |" in checks
     assert text.count("### lm-eval checks") == 1 and EVIL not in text and "&lt;script" not in checks
+
+
+def test_plots_use_target_loss_where_no_run_gets_a_completion_exactly_right(tmp_path):
+    store = tiny_db(tmp_path / "r.duckdb")
+    m = lambda loss, fo: {"target_acc": 0.0, "target_loss": loss, "forgetting_oldvocab": fo, "forgetting_full": fo}
+    record(store, "w0", "words", "et", "tiny", 0, m(5.0, 0.0))
+    record(store, "w1", "words", "fft", "tiny", 0, m(4.0, 0.5))
+    table = aggregate(load(store)[0])
+    assert quality_metric(table[table.task == "words"]) == "target_loss"
+    assert quality_metric(table[table.task == "arith"]) == "target_acc"  # accuracies 0.5–0.95 rank the runs
+    assert quality_metric(table[table.task == "nothing"]) is None
+    page = (build(tmp_path / "r.duckdb", tmp_path / "out") / "index.html").read_text()
+    words = page.split("<h2>words</h2>")[1].split("<section>")[0]
+    assert "target_loss ↓" in words and "target_acc ↑" not in words.split("<svg")[1]

@@ -12,6 +12,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from clbench.arith import char_tokenizer
 from clbench.data import Example, TaskData, encode_examples
+from clbench.errors import ClbenchError
 from clbench.evaluate import score
 from clbench.expand import expand
 from clbench.explain import load_new_rows
@@ -128,3 +129,27 @@ def test_lora_merge_keeps_the_trained_rows():
     assert type(merged_model.get_input_embeddings()) is torch.nn.Embedding
     assert not torch.equal(merged_model.get_input_embeddings().weight[expansion.old_vocab], initial)
     assert torch.equal(merged_model.get_input_embeddings().weight[: expansion.old_vocab], base.model.get_input_embeddings().weight)
+
+
+@pytest.mark.parametrize("name", methods().names())
+def test_every_method_trains_float32_masters_of_a_bf16_model(name):
+    # on CUDA, hub models load in bf16: each method must hand the optimizer float32 parameters
+    base = tiny_base(tied=False)
+    model, tokenizer = copy.deepcopy(base.model).to(torch.bfloat16), copy.deepcopy(base.tokenizer)
+    expansion = expand(model, tokenizer, ["<spec>"], init="random", seed=0)
+    spec = methods().get(name)
+    adapter = spec.setup(model, expansion, spec.config())
+    params = [p for group in adapter.param_groups for p in group["params"]]
+    assert params and {p.dtype for p in params} == {torch.float32}
+    examples = encode_examples(tokenizer, tiny_data().train, 32)
+    result = train(model, adapter.param_groups, examples, steps=2, batch_size=4, lr=1e-3, seed=0,
+                   pad_id=tokenizer.pad_token_id, vocab_limit=expansion.old_vocab if spec.train_vocab == "old" else None)
+    assert result.steps == 2 and torch.isfinite(torch.tensor(result.final_loss))
+
+
+def test_training_refuses_bf16_trainable_parameters():
+    base = tiny_base(tied=False)
+    weight = torch.nn.Parameter(torch.zeros(2, D, dtype=torch.bfloat16))
+    examples = encode_examples(base.tokenizer, tiny_data().train, 32)
+    with pytest.raises(ClbenchError, match="float32 masters, got bfloat16"):
+        train(base.model, [{"params": [weight]}], examples, steps=1, batch_size=2, lr=1e-3, seed=0, pad_id=0)
