@@ -85,7 +85,12 @@ def encode_texts(tokenizer, texts: list[str], max_length: int) -> list[Encoded]:
 
 class Padded:
     """Examples padded into one matrix once; a batch is then a row selection, a few tensor ops per
-    step instead of a Python loop over its examples (which cost ~1 ms a step, 8 % of a small model's)."""
+    step instead of a Python loop over its examples (which cost ~1 ms a step, 8 % of a small model's).
+
+    Padding is on the right, so under a causal mask no real position ever attends to a pad: the
+    model needs no padding mask, and without one SDPA takes its plain
+    causal kernel (SmolLM2-135M, 8 × 139 tokens: hidden states at real positions identical to the
+    masked forward's, bit for bit, ~8 % faster)."""
 
     def __init__(self, encoded: list[Encoded], pad_id: int):
         self.lengths = torch.tensor([len(e.ids) for e in encoded])

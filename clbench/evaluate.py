@@ -68,9 +68,9 @@ def score(model, encoded: list[Encoded], *, old_vocab: int, pad_id: int, batch_s
     padded = Padded(encoded, pad_id)
     for start in range(0, len(encoded), batch_size):
         members = order[start : start + batch_size]
-        ids, attention, target_mask = (t.to(device) for t in padded.batch(members))
+        ids, _, target_mask = (t.to(device) for t in padded.batch(members))
         with autocast(device):
-            hidden = model.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state
+            hidden = model.get_decoder()(input_ids=ids).last_hidden_state  # right padding: no mask needed (data.Padded)
         h = hidden[:, :-1][target_mask]
         targets = ids[:, 1:][target_mask]
         rows = torch.tensor(members, device=device)[:, None].expand_as(target_mask)[target_mask]

@@ -87,7 +87,7 @@ def train(
     for step, batch in enumerate(epoch_batches(len(examples), batch_size, steps, generator)):
         ids, attention, target_mask = (t.to(device) for t in padded.batch(batch))
         with autocast(device):
-            logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]
+            logits = model(input_ids=ids).logits[:, :-1]  # right padding: no mask needed (data.Padded)
             if vocab_limit is not None:
                 logits = logits[..., :vocab_limit]
                 # a new token as target has probability 0 under this softmax: not scored (as in evaluate)
