@@ -71,6 +71,8 @@ def build_parser() -> Parser:
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="method option, e.g. lr=1e-3")
     run.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code to run")
     run.add_argument("--device", default="auto", help="auto (the GPU if torch sees one), cpu, cuda or cuda:N")
+    run.add_argument("--device-map", choices=["auto"], help="auto: place a hub/local model too large for one GPU across "
+                     "all of them (transformers' device_map; never moved, never copied)")
     run.add_argument("--db", **db)
     run.add_argument("--task-dir", **task_dir)
     run.add_argument("--lm-eval", metavar="TASKS", help="also score base and adapted model in-process with these lm-eval tasks, "
@@ -128,6 +130,7 @@ def build_parser() -> Parser:
 
 
 def cmd_run(args) -> int:
+    from clbench import distributed
     from clbench.method import methods
     from clbench.models import resolve_device
     from clbench.protocol import Session, plan, run_one
@@ -140,8 +143,17 @@ def cmd_run(args) -> int:
     resolve_device(args.device)  # a bad --device fails before any model is loaded
     if options and len(method_names) > 1:
         raise ClbenchError("--set applies to one method; name a single --method with it")
-    store, session = Store(args.db), Session(trust_remote_code=args.trust_remote_code, device=args.device)
-    store.check()
+    if args.device_map and args.device != "auto":
+        raise ClbenchError("--device-map places the model itself; leave --device at auto")
+    main = distributed.is_main()
+    if distributed.launched() and (args.device_map or args.lm_eval):
+        # each process would place a whole model across every GPU; lm-eval scores in one process
+        raise ClbenchError(f"{'--device-map' if args.device_map else '--lm-eval'} runs in one process, not under "
+                           "accelerate launch (for --lm-eval: `clbench lm-eval --run RUN_ID` afterwards)")
+    store = Store(args.db)
+    session = Session(trust_remote_code=args.trust_remote_code, device=args.device, device_map=args.device_map)
+    if main:  # launched as several processes, only the main one touches the store (clbench/distributed.py)
+        store.check()
     checker = lm_eval_checker(args.lm_eval) if args.lm_eval else None  # bad task names fail before any training
     runs = [
         dict(task=tasks.get(task_name), method=registry.get(method_name), seed=seed,
@@ -166,6 +178,8 @@ def cmd_run(args) -> int:
             # a run already in the DB (skipped) is rebuilt for lm-eval
             rows = check_run(store, outcomes[-1].run_id, checker, captured or None, session, args.task_dir, only_missing=True)
             print(format_rows(outcomes[-1].run_id, rows), file=sys.stderr)
+    if not main:
+        return 0  # the other processes trained in lockstep; the main one reports
     failed = report_statuses([o.status for o in outcomes], args.db)
     print(summary(store, [o.run_id for o in outcomes]))
     return 1 if failed else 0
@@ -338,7 +352,8 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
     except ClbenchError as error:
-        print(f"clbench: error: {error}", file=sys.stderr)
+        if int(os.environ.get("RANK", "0")) == 0:  # under accelerate launch every process hits it: one line
+            print(f"clbench: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("clbench: interrupted", file=sys.stderr)

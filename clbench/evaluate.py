@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from clbench import metrics
 from clbench.data import Encoded, Padded
+from clbench.models import input_device
 from clbench.train import autocast
 
 
@@ -57,7 +58,8 @@ def score(model, encoded: list[Encoded], *, old_vocab: int, pad_id: int, batch_s
         return Scores(0.0, 0, 0.0, 0, empty, empty)
     was_training = model.training
     model.eval()
-    device = next(model.parameters()).device
+    device = input_device(model)  # a model placed with device_map spans devices: inputs go to the embedding's
+    head_device = model.get_output_embeddings().weight.device
     full_vocab = model.get_output_embeddings().weight.shape[0]
     nll_old = nll_full = 0.0
     n_old = n_full = 0
@@ -71,9 +73,10 @@ def score(model, encoded: list[Encoded], *, old_vocab: int, pad_id: int, batch_s
         ids, _, target_mask = (t.to(device) for t in padded.batch(members))
         with autocast(device):
             hidden = model.get_decoder()(input_ids=ids).last_hidden_state  # right padding: no mask needed (data.Padded)
-        h = hidden[:, :-1][target_mask]
-        targets = ids[:, 1:][target_mask]
-        rows = torch.tensor(members, device=device)[:, None].expand_as(target_mask)[target_mask]
+        # the [positions, |V|] logits are made where the head lives; only per-position results leave it
+        h = hidden[:, :-1][target_mask.to(hidden.device)].to(head_device)
+        targets = ids[:, 1:][target_mask].to(head_device)
+        rows = torch.tensor(members)[:, None].expand_as(target_mask)[target_mask.cpu()]
         # chunks of positions bound the [positions, |V|] logits (49k-152k vocabularies)
         for chunk in range(0, len(targets), POSITIONS_PER_CHUNK):
             h_chunk, t_chunk = h[chunk : chunk + POSITIONS_PER_CHUNK], targets[chunk : chunk + POSITIONS_PER_CHUNK]

@@ -7,41 +7,90 @@ GGUF file is dequantized once and cached as safetensors (clbench/smollm2.py).
 
 from __future__ import annotations
 
+import copy
 import hashlib
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from clbench import arith, hub, smollm2
+from clbench import hub, smollm2
+from clbench.cache import cache_root
 from clbench.errors import ClbenchError
 
+
+def _arith_llama(log):
+    from clbench import arith  # arith builds its model with clbench.train, which imports this module
+
+    return arith.load_or_build(log=log)
+
+
 BUILTIN = {
-    "arith-llama": lambda log: arith.load_or_build(log=log),
+    "arith-llama": _arith_llama,
     "smollm2-135m": lambda log: smollm2.load_or_build(log=log),
 }
 
 
-@dataclass(frozen=True)
 class Base:
-    ref: str
-    model: torch.nn.Module
-    tokenizer: object
-    fingerprint: str
+    """A base model with its tokenizer and fingerprint, shared by every run of a process.
+
+    reload: how to load the same model afresh; set for a model placed with device_map (see own_model)."""
+
+    def __init__(self, ref: str, model: torch.nn.Module, tokenizer, fingerprint: str,
+                 reload: Callable[[], torch.nn.Module] | None = None):
+        self.ref, self.tokenizer, self.fingerprint, self.reload = ref, tokenizer, fingerprint, reload
+        self.max_length = int(getattr(model.config, "max_position_embeddings", 2048))
+        self._model: torch.nn.Module | None = model
 
     @property
-    def max_length(self) -> int:
-        return int(getattr(self.model.config, "max_position_embeddings", 2048))
+    def model(self) -> torch.nn.Module:
+        if self._model is None:  # handed to a run by own_model(): load it again, the same weights or an error
+            model = self.reload()
+            if fingerprint(model) != self.fingerprint:
+                raise ClbenchError(f"model {self.ref!r} changed on disk since this process first loaded it "
+                                   f"(fingerprint {self.fingerprint} → {fingerprint(model)})")
+            self._model = model
+        return self._model
+
+    def own_model(self) -> torch.nn.Module:
+        """A model for one run to expand and train, bit-identical to the base.
+
+        Normally a deepcopy. A model placed with device_map fills its GPUs by design, and a deepcopy
+        (or a second load beside it) would need as much memory again: the run takes the loaded model
+        itself, and the base is loaded again from the same source when it is next asked for (base
+        scores are cached per process, so in a sweep that is the next run's own_model), with the
+        fingerprint checked against the first load. At most one copy of the weights is resident."""
+        if self.reload is None:
+            return copy.deepcopy(self.model)
+        model, self._model = self.model, None
+        return model
+
+
+def input_device(model) -> torch.device:
+    """Where a model's inputs go: its input embedding's device. A model placed with device_map spans
+    several devices, and its first parameter need not be the embedding."""
+    return model.get_input_embeddings().weight.device
 
 
 def fingerprint(model: torch.nn.Module) -> str:
     """sha256 over every tensor of the state dict: names the weights, wherever they came from."""
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
+        if tensor.is_meta:  # offloaded to cpu/disk by device_map: read it where accelerate keeps it
+            tensor = _offloaded(model, name)
         digest.update(name.encode())
         digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()[:16]
+
+
+def _offloaded(model: torch.nn.Module, name: str) -> torch.Tensor:
+    from accelerate.utils import align_module_device
+
+    owner, _, leaf = name.rpartition(".")
+    module = model.get_submodule(owner)
+    with align_module_device(module, torch.device("cpu")):
+        return module.state_dict()[leaf].clone()
 
 
 def resolve_device(name: str) -> torch.device:
@@ -54,22 +103,41 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def load_base(ref: str, *, log=print, trust_remote_code: bool = False, device: torch.device = torch.device("cpu")) -> Base:
+def load_base(ref: str, *, log=print, trust_remote_code: bool = False, device: torch.device = torch.device("cpu"),
+              device_map: str | dict | None = None) -> Base:
     """On CUDA, hub and local models load in bf16 (training autocasts, trainable new rows keep fp32
-    masters); on CPU everything is fp32."""
+    masters); on CPU everything is fp32. device_map ("auto", or accelerate's dict of module → device):
+    from_pretrained places the model across the GPUs (then CPU, then disk) and it is never moved."""
     if ref.startswith("builtin:"):
         name = ref.removeprefix("builtin:")
         if name not in BUILTIN:
             raise ClbenchError(f"unknown builtin model {ref!r}; known: {', '.join('builtin:' + n for n in BUILTIN)}")
+        if device_map is not None:
+            raise ClbenchError(f"--device-map is for hub and local models; {ref} is small enough for one device (use --device)")
         model, tokenizer = BUILTIN[name](log)
+        model.to(device)
     else:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-        model, tokenizer = _from_pretrained(ref, trust_remote_code, dtype)
-    model.to(device).eval()
-    return Base(ref, model, tokenizer, fingerprint(model))
+        model, tokenizer = _from_pretrained(ref, trust_remote_code, dtype, device_map)
+        if device_map is None:
+            model.to(device)
+        else:
+            _check_placement(ref, model)
+    model.eval()
+    reload = (lambda: _from_pretrained(ref, trust_remote_code, dtype, device_map)[0].eval()) if device_map is not None else None
+    return Base(ref, model, tokenizer, fingerprint(model), reload)
 
 
-def _from_pretrained(ref: str, trust_remote_code: bool, dtype: torch.dtype):
+def _check_placement(ref: str, model) -> None:
+    """The embedding matrices are read and written in place (new rows, old-vocabulary logits): they
+    must live on a device, not offloaded to cpu/disk, where accelerate swaps them in per forward."""
+    for what, module in (("input embedding", model.get_input_embeddings()), ("output head", model.get_output_embeddings())):
+        if module is not None and module.weight.is_meta:
+            raise ClbenchError(f"device_map offloaded {ref!r}'s {what} to cpu/disk; clbench writes its rows in place, "
+                               "so it must sit on a device: give the GPUs more room (max_memory) or place it explicitly")
+
+
+def _from_pretrained(ref: str, trust_remote_code: bool, dtype: torch.dtype, device_map: str | dict | None = None):
     path = Path(ref).expanduser()
     looks_local = ref.startswith((".", "/", "~")) or path.exists()
     if looks_local and not path.is_dir():
@@ -80,7 +148,8 @@ def _from_pretrained(ref: str, trust_remote_code: bool, dtype: torch.dtype):
         tokenizer = AutoTokenizer.from_pretrained(path if looks_local else ref, trust_remote_code=trust_remote_code, local_files_only=cached_only)
         model = AutoModelForCausalLM.from_pretrained(
             path if looks_local else ref, trust_remote_code=trust_remote_code, use_safetensors=True, dtype=dtype,
-            local_files_only=cached_only,
+            local_files_only=cached_only, device_map=device_map,
+            offload_folder=str(cache_root() / "offload") if device_map is not None else None,
         )
     except (OSError, ValueError) as error:
         where = "the local directory" if looks_local else f"the Hugging Face hub ({hub.ENDPOINT} unreachable and not cached)" if cached_only else "the Hugging Face hub"

@@ -9,6 +9,7 @@ Base-model evaluations depend only on (model, data) and are computed once per pr
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -19,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from clbench import cl_metrics
+from clbench import cl_metrics, distributed
 from clbench import metrics as M
 from clbench.data import Encoded, Stage, TaskData, encode_examples, encode_texts
 from clbench.errors import ClbenchError, DivergedError
@@ -29,13 +30,14 @@ from clbench.explain import rows_file, save_new_rows
 from clbench.method import MethodSpec
 from clbench.models import Base, load_base, resolve_device
 from clbench.provenance import git_commit, versions
-from clbench.store import Store, now
+from clbench.store import Claim, Store, now
 from clbench.taskspec import Budget, Task
 from clbench.train import TrainResult, train
 
 
 def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    if distributed.is_main():  # launched as several processes, they all run the same runs: one speaks
+        print(message, file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -43,7 +45,8 @@ class Session:
     """What a process computes once and reuses across runs: base models, task data, base scores."""
 
     trust_remote_code: bool = False
-    device: str = "auto"  # auto: the GPU when torch sees one
+    device: str = "auto"  # auto: the GPU when torch sees one (launched as several processes: each its own)
+    device_map: str | dict | None = None  # "auto": hub/local models placed across the GPUs (models.load_base)
     bases: dict[str, Base] = field(default_factory=dict)
     datasets: dict[tuple, TaskData] = field(default_factory=dict)
     base_scores: dict[tuple, tuple[Scores, Scores]] = field(default_factory=dict)
@@ -52,7 +55,8 @@ class Session:
     def base(self, ref: str) -> Base:
         if ref not in self.bases:
             log(f"loading base model {ref}")
-            self.bases[ref] = load_base(ref, log=log, trust_remote_code=self.trust_remote_code, device=resolve_device(self.device))
+            device = distributed.device() if distributed.launched() and self.device == "auto" else resolve_device(self.device)
+            self.bases[ref] = load_base(ref, log=log, trust_remote_code=self.trust_remote_code, device=device, device_map=self.device_map)
         return self.bases[ref]
 
     def data(self, task: Task, params, base: Base) -> TaskData:
@@ -121,11 +125,9 @@ def run_one(task: Task, method: MethodSpec, *, seed: int, store: Store, session:
     run_id, config, method_config, base, data, budget = (
         planned.run_id, planned.config, planned.method_config, planned.base, planned.data, planned.budget)
     init = config["init"]
-    if store.status(run_id) == "finished":
-        return Outcome(run_id, "skipped", {})
-    # the claim makes an interruption visible to the next command, which retries the run
-    claim = store.claim(run_id)
-    if claim.state == "finished":  # another process finished it since the check above
+    # launched as several processes, only the main one touches the store; its claim decides for all
+    claim = distributed.main_decides(lambda: claim_unless_finished(store, run_id))
+    if claim.state == "finished":
         return Outcome(run_id, "skipped", {})
     if claim.state == "busy":
         log(f"{task.name} × {method.name} (seed {seed}): running in {claim.holder}; left to it")
@@ -136,14 +138,17 @@ def run_one(task: Task, method: MethodSpec, *, seed: int, store: Store, session:
     log(f"{task.name} × {method.name} (seed {seed}, model {base.ref}, n_train {budget.n_train}, {budget.steps} steps)")
     started = now()
     matrix: list[tuple] = []
+    main = distributed.is_main()
     try:
-        with store.heartbeat(run_id, claim.attempt):
+        with store.heartbeat(run_id, claim.attempt) if main else contextlib.nullcontext():
             values = adapt_and_evaluate(base, data, method, method_config, budget, init, seed, session,
-                                        rows_path=rows_file(run_id), on_adapted=on_adapted, matrix=matrix)
+                                        rows_path=rows_file(run_id) if main else None, on_adapted=on_adapted, matrix=matrix)
         status, reason = "finished", None
     except DivergedError as error:
         values, matrix, status, reason = {}, [], "failed", str(error)
         log(f"  failed: {reason}")
+    if not main:
+        return Outcome(run_id, status, values, reason)
     store.record(
         {
             "run_id": run_id, "task": task.name, "task_version": task.spec.version, "method": method.name,
@@ -156,6 +161,13 @@ def run_one(task: Task, method: MethodSpec, *, seed: int, store: Store, session:
         stage_matrix=matrix,
     )
     return Outcome(run_id, status, values, reason)
+
+
+def claim_unless_finished(store: Store, run_id: str):
+    """The claim makes an interruption visible to the next command, which retries the run."""
+    if store.status(run_id) == "finished":  # read-only: no write lock for a run already done
+        return Claim("finished")
+    return store.claim(run_id)  # "finished" too if another process finished it since
 
 
 def plan(
@@ -198,6 +210,8 @@ def plan(
 
 def preflight(base: Base, data: TaskData, budget: Budget, init: str) -> None:
     """Every check that can reject a run's input, before the store is touched: bad input leaves it as it was."""
+    if budget.batch_size < distributed.processes():
+        raise ClbenchError(f"batch_size {budget.batch_size} is smaller than the {distributed.processes()} processes launched")
     tokenizer = copy.deepcopy(base.tokenizer)
     check_expansion(tokenizer, data.new_tokens, init)
     add_new_tokens(tokenizer, data.new_tokens, whole_words=data.whole_word_tokens)
@@ -225,8 +239,9 @@ def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_co
 
     # 2. expand: a private copy of the base, |V| → |V| + |U| (a sequential task adds every
     #    stage's tokens here, each stage's rows staying at their initialisation until its stage)
+    model = base.own_model()  # before seeding: a reload (device_map) must not shift the run's random stream
     torch.manual_seed(seed)
-    model, tokenizer = copy.deepcopy(base.model), copy.deepcopy(base.tokenizer)
+    tokenizer = copy.deepcopy(base.tokenizer)
     expansion = expand(model, tokenizer, data.new_tokens, init=init, seed=seed, whole_words=data.whole_word_tokens)
     target_set = encode_examples(tokenizer, data.target_test, base.max_length)
     old_set, skill_set = old_sets(base, data)
@@ -241,7 +256,7 @@ def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_co
         torch.cuda.reset_peak_memory_stats()
     results, trainable, first_new = [], 0, 0
     for number, stage in enumerate(stages, 1):
-        adapter = method.setup(model, expansion.part(first_new, len(stage.new_tokens)), method_config)
+        adapter = setup(method, model, expansion.part(first_new, len(stage.new_tokens)), method_config)
         first_new += len(stage.new_tokens)
         trainable = max(trainable, sum(p.numel() for group in adapter.param_groups for p in group["params"]))
         progress_every = max(1, budget.steps // 5)
@@ -286,6 +301,17 @@ def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_co
     if on_adapted is not None:
         on_adapted(base, data, model, tokenizer)
     return values
+
+
+def setup(method: MethodSpec, model, expansion, method_config):
+    """method.setup, where weights that device_map offloaded to cpu/disk cannot be made trainable."""
+    try:
+        return method.setup(model, expansion, method_config)
+    except RuntimeError as error:
+        if not any(p.is_meta for p in model.parameters()):
+            raise
+        raise ClbenchError(f"method {method.name!r} trains weights that device_map offloaded to cpu/disk "
+                           f"({str(error).splitlines()[0]}); only methods that train new rows or adapters run there") from None
 
 
 STAGE_METRICS = ("target_loss", "target_acc")

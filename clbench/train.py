@@ -16,8 +16,10 @@ import torch
 import torch.nn.functional as F
 
 from clbench.data import Encoded, Padded
+from clbench.distributed import DataParallel, launched
 from clbench.errors import ClbenchError, DivergedError
 from clbench.faults import fault_point
+from clbench.models import input_device
 
 
 @dataclass(frozen=True)
@@ -78,13 +80,20 @@ def train(
     optimizer = torch.optim.AdamW(param_groups, lr=lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(max(1, int(warmup_frac * steps)), steps))
     generator = torch.Generator().manual_seed(seed)
-    device = params[0].device
+    device = input_device(model)
+    if any(p.is_meta for p in params):
+        raise ClbenchError("a trainable parameter is offloaded to cpu/disk by device_map; only weights on a device can train")
+    # launched as several processes (accelerate launch): DDP, each process a shard of every batch
+    parallel = DataParallel(model, optimizer, params) if launched() else None
+    if parallel:
+        model, optimizer = parallel.wrapped, parallel.optimizer
+    batches = epoch_batches(len(examples), batch_size, steps, generator)
     model.train()
     tokens = 0
     loss_value = float("nan")
     start = time.perf_counter()
     padded = Padded(examples, pad_id)
-    for step, batch in enumerate(epoch_batches(len(examples), batch_size, steps, generator)):
+    for step, batch in enumerate(parallel.shards(batches) if parallel else batches):
         ids, attention, target_mask = (t.to(device) for t in padded.batch(batch))
         with autocast(device):
             logits = model(input_ids=ids).logits[:, :-1]  # right padding: no mask needed (data.Padded)
@@ -93,12 +102,16 @@ def train(
                 # a new token as target has probability 0 under this softmax: not scored (as in evaluate)
                 target_mask = target_mask & (ids[:, 1:] < vocab_limit)
             loss = F.cross_entropy(logits[target_mask].float(), ids[:, 1:][target_mask])
-        loss_value = loss.item()
+        loss_value = parallel.batch_loss(loss, target_mask) if parallel else loss.item()
         if not math.isfinite(loss_value):
             raise DivergedError(f"non-finite training loss at step {step}")
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        if parallel:
+            parallel.backward(loss)
+            grad_norm = parallel.clip_grad_norm_(params, max_grad_norm)
+        else:
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
         if not torch.isfinite(grad_norm):
             raise DivergedError(f"non-finite gradient norm at step {step}")
         optimizer.step()
@@ -108,4 +121,6 @@ def train(
         if on_step:
             on_step(step, loss_value)
     model.eval()
+    if parallel:
+        tokens = parallel.total(tokens)
     return TrainResult(steps, loss_value, tokens, time.perf_counter() - start)

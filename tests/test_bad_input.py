@@ -151,6 +151,9 @@ CASES = [
     ("generator-file-missing", lambda c: c.run(task_dir=c.task(generator="missing.py:build")), "missing.py does not exist"),
     ("task-file-name-mismatch", lambda c: c.run(task_dir=_rename(c.task(), TASK + ".yaml", "other.yaml")), "the file name must be the task name"),
     ("misspelt-flag", lambda c: c.run("--sedes", "1"), "unrecognized arguments: --sedes 1"),
+    ("device-map-on-a-builtin", lambda c: c.run("--model", "builtin:arith-llama", "--device-map", "auto"), "--device-map is for hub and local models"),
+    ("device-map-with-device", lambda c: c.run("--device-map", "auto", "--device", "cpu"), "--device-map places the model itself; leave --device at auto"),
+    ("device-map-unknown", lambda c: c.run("--device-map", "balanced"), "argument --device-map: invalid choice: 'balanced'"),
 ]
 
 
