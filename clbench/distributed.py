@@ -1,13 +1,14 @@
-"""Several processes, one run: data-parallel training through accelerate.
+"""Several processes, one run: data-parallel training, DDP through accelerate or torch FSDP2.
 
-    accelerate launch --multi_gpu --num_processes 2 -m clbench.cli run --task arithmetic --method fft
+    accelerate launch --multi_gpu --num_processes 8 -m clbench.cli run --task arithmetic --method fft
+    accelerate launch --multi_gpu --use_fsdp --num_processes 8 -m clbench.cli run --task arithmetic --method fft
     (no GPU: ACCELERATE_USE_CPU=1 in front, gloo on the CPU; tests/test_distributed.py)
 
 Launched so, every process runs the same command in lockstep: it plans every run, expands the
-vocabulary and trains (train() wraps model and optimizer in accelerate's Accelerator, DDP; each
-process takes its share of every batch), and scores the trained model. Only the main process
-touches the results store, writes files and prints; its claim decides for all. A plain
-`clbench run` is one process: none of this runs and no Accelerator is created.
+vocabulary and trains (train() hands model and parameters to DataParallel below; each process takes
+its share of every batch), and scores the trained model. Only the main process touches the results
+store, writes files and prints; its claim decides for all. A plain `clbench run` is one process:
+none of this runs and no Accelerator is created.
 """
 
 from __future__ import annotations
@@ -60,30 +61,59 @@ def main_decides(decide):
     return broadcast_object_list(answer)[0]
 
 
+def fsdp_requested() -> bool:
+    """`accelerate launch --use_fsdp` (or an accelerate config that selects FSDP) sets ACCELERATE_USE_FSDP."""
+    from accelerate.utils import parse_flag_from_env
+
+    return parse_flag_from_env("ACCELERATE_USE_FSDP")
+
+
 class DataParallel:
-    """accelerate's Accelerator around one train() call: the global batch is cut into one shard per
+    """One train() call across the launched processes: the global batch is cut into one shard per
     process, and each process's loss is weighted by its share of the batch's scored tokens, so the
     averaged gradient, the update and the reported loss are those of one process on the whole batch
-    (up to the order of floating-point sums)."""
+    (up to the order of floating-point sums).
 
-    def __init__(self, model, optimizer, params: list[torch.nn.Parameter]):
-        from accelerate import Accelerator
-        from accelerate.utils import DistributedType
+    Two engines, neither home-made: DDP through accelerate's Accelerator (every process holds the whole
+    model and optimizer state), or, with --use_fsdp, torch's FSDP2 (`fully_shard` on each transformer
+    block named in the model's `_no_split_modules`, then the root), which shards weights, gradients and
+    AdamW state over the processes — FFT of a model whose optimizer state does not fit one GPU. FSDP2
+    replaces the model's parameters with sharded ones, so the optimizer is built after this and the
+    param groups are rewritten in place (the unsharded originals are then freed); finish() gathers the
+    full weights back into every process for scoring."""
 
-        self.accelerator = Accelerator()
-        if self.accelerator.distributed_type not in (DistributedType.MULTI_GPU, DistributedType.MULTI_CPU):
-            raise ClbenchError(f"accelerate config selects {self.accelerator.distributed_type.value}; clbench trains "
-                               "with DDP only (it scores the trained model unsharded): use a plain multi-GPU config")
+    def __init__(self, model, param_groups: list[dict]):
+        self.state = _state()
+        self.rank, self.world = self.state.process_index, self.state.num_processes
+        self.fsdp = fsdp_requested()
         model_params = {id(p) for p in model.parameters()}
-        # a method's own parameters (ET's new rows, a soft prompt) ride along in one module, so DDP
-        # averages their gradients too
-        self.wrapped, self.optimizer = self.accelerator.prepare(
-            _WithParameters(model, [p for p in params if id(p) not in model_params]), optimizer)
-        self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
+        outside = [p for group in param_groups for p in group["params"] if id(p) not in model_params]
+        if self.fsdp:
+            if outside:
+                raise ClbenchError("FSDP shards the model's own weights; this method trains parameters outside the model "
+                                   "(new rows, a prompt), which need no sharding: launch it without --use_fsdp (DDP)")
+            self.wrapped = _fully_shard(model, param_groups, self.state.device)
+        else:
+            from accelerate import Accelerator
+            from accelerate.utils import DistributedType
+
+            accelerator = Accelerator()
+            if accelerator.distributed_type not in (DistributedType.MULTI_GPU, DistributedType.MULTI_CPU):
+                raise ClbenchError(f"accelerate config selects {accelerator.distributed_type.value}; clbench trains "
+                                   "with DDP or, with --use_fsdp, torch FSDP2: use a plain multi-GPU config")
+            # a method's own parameters (ET's new rows, a soft prompt) ride along in one module, so DDP
+            # averages their gradients too
+            self.wrapped = accelerator.prepare(_WithParameters(model, outside))
+        self.params = [p for group in param_groups for p in group["params"]]
 
     def shards(self, batches):
         for batch in batches:  # plan() checked batch_size >= processes: no shard is empty
             yield batch[self.rank :: self.world]
+
+    def _sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        tensor = tensor.to(self.state.device)
+        torch.distributed.all_reduce(tensor)
+        return tensor
 
     def batch_loss(self, loss: torch.Tensor, scored: torch.Tensor) -> float:
         """loss: the mean over this shard's `scored` positions → the mean over the whole batch's, the
@@ -91,20 +121,56 @@ class DataParallel:
         shard's weight for backward()."""
         count = scored.sum().float()
         shard_sum = torch.where(count > 0, loss.detach().float() * count, 0.0)  # an empty shard's mean is NaN
-        totals = self.accelerator.reduce(torch.stack([shard_sum, count]), reduction="sum")
-        # DDP averages gradients over processes: weight each shard's mean by its share of the tokens
+        totals = self._sum(torch.stack([shard_sum, count]))
+        # DDP and FSDP average gradients over processes: weight each shard's mean by its share of the tokens
         self.weight = count * self.world / totals[1]
         return (totals[0] / totals[1]).item()
 
     def backward(self, loss: torch.Tensor) -> None:
         # reached only when the batch loss is finite: a NaN here is an empty shard's, weighted 0
-        self.accelerator.backward(loss.nan_to_num() * self.weight)
+        (loss.nan_to_num() * self.weight).backward()
 
-    def clip_grad_norm_(self, params, max_norm: float) -> torch.Tensor:
-        return self.accelerator.clip_grad_norm_(params, max_norm)
+    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+        from torch.distributed.tensor import DTensor
 
-    def total(self, value: int) -> int:
-        return int(self.accelerator.reduce(torch.tensor(value, device=self.accelerator.device), reduction="sum"))
+        norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)  # DTensor-aware: the norm of the whole gradient
+        return norm.full_tensor() if isinstance(norm, DTensor) else norm
+
+    def finish(self, tokens: int) -> int:
+        """→ tokens over all processes; under FSDP every process gets the full weights back (for scoring)."""
+        if self.fsdp:
+            from torch.distributed.fsdp import FSDPModule
+
+            for module in self.wrapped.modules():
+                if isinstance(module, FSDPModule):
+                    module.set_reshard_after_forward(False)
+                    module.unshard()
+        return int(self._sum(torch.tensor(tokens)).item())
+
+
+def _fully_shard(model, param_groups: list[dict], device: torch.device):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+    name_of = {id(p): name for name, p in model.named_parameters()}
+    if isinstance(model, FSDPModule):  # a later stage of a sequential task: sharded before, unsharded since
+        for module in model.modules():
+            if isinstance(module, FSDPModule):
+                module.reshard()
+                module.set_reshard_after_forward(True)
+    else:
+        mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
+        # on GPUs, gather weights in bf16 (the forward autocasts to bf16 anyway), reduce gradients in fp32
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if device.type == "cuda" else MixedPrecisionPolicy()
+        blocks = set(getattr(model, "_no_split_modules", None) or ())
+        for module in model.modules():
+            if type(module).__name__ in blocks:
+                fully_shard(module, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
+    sharded = dict(model.named_parameters())
+    for group in param_groups:
+        group["params"] = [sharded[name_of[id(p)]] for p in group["params"]]
+    return model
 
 
 class _WithParameters(torch.nn.Module):

@@ -204,6 +204,10 @@ def plan(
         "model_fingerprint": base.fingerprint, "data_fingerprint": data.fingerprint(),
     }
     run_id = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+    if distributed.launched() and distributed.fsdp_requested() and method.train_vocab == "old":
+        # the ET family and pt train rows outside the model's weights, which FSDP shards (distributed.DataParallel)
+        raise ClbenchError(f"method {method.name!r} trains new rows outside the model and needs no sharding: "
+                           "launch it without --use_fsdp (DDP); FSDP is for methods that train the model's weights")
     preflight(base, data, budget, init)
     return Plan(run_id, config, method_config, base, data, budget)
 

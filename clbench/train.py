@@ -76,17 +76,18 @@ def train(
     if low:  # a method's bug, caught before it silently trains nothing
         raise ClbenchError(f"trainable parameters must be float32 masters, got {', '.join(low)}: an AdamW step below "
                            "2^-8 of a bf16 weight rounds away; keep float32 copies and let autocast compute in bf16")
+    device = input_device(model)
+    if any(p.is_meta for p in params):
+        raise ClbenchError("a trainable parameter is offloaded to cpu/disk by device_map; only weights on a device can train")
+    # launched as several processes (accelerate launch): DDP or FSDP, each process a shard of every batch;
+    # before the optimizer, since FSDP replaces the parameters with sharded ones
+    parallel = DataParallel(model, param_groups) if launched() else None
+    if parallel:
+        model = parallel.wrapped
     # weight decay only where a group asks: decay moves rows whose gradient is zero
     optimizer = torch.optim.AdamW(param_groups, lr=lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(max(1, int(warmup_frac * steps)), steps))
     generator = torch.Generator().manual_seed(seed)
-    device = input_device(model)
-    if any(p.is_meta for p in params):
-        raise ClbenchError("a trainable parameter is offloaded to cpu/disk by device_map; only weights on a device can train")
-    # launched as several processes (accelerate launch): DDP, each process a shard of every batch
-    parallel = DataParallel(model, optimizer, params) if launched() else None
-    if parallel:
-        model, optimizer = parallel.wrapped, parallel.optimizer
     batches = epoch_batches(len(examples), batch_size, steps, generator)
     model.train()
     tokens = 0
@@ -108,7 +109,7 @@ def train(
         optimizer.zero_grad(set_to_none=True)
         if parallel:
             parallel.backward(loss)
-            grad_norm = parallel.clip_grad_norm_(params, max_grad_norm)
+            grad_norm = parallel.clip_grad_norm_(max_grad_norm)
         else:
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
@@ -122,5 +123,5 @@ def train(
             on_step(step, loss_value)
     model.eval()
     if parallel:
-        tokens = parallel.total(tokens)
+        tokens = parallel.finish(tokens)
     return TrainResult(steps, loss_value, tokens, time.perf_counter() - start)

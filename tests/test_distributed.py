@@ -18,6 +18,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
+import clbench
+
 from clbench.errors import ClbenchError
 from clbench.method import methods
 from clbench.models import load_base
@@ -89,11 +91,13 @@ def test_fft_on_a_model_with_offloaded_layers_is_refused_in_one_line(tiny_cli, t
         run(tiny_cli, tmp_path, "fft", Session(device_map=DISK_MAP))
 
 
-def accelerate_launch(args: list[str], env: dict[str, str], processes: int = 2) -> subprocess.CompletedProcess:
+def accelerate_launch(args: list[str], env: dict[str, str], processes: int = 2, engine: str = "ddp") -> subprocess.CompletedProcess:
     accelerate = Path(sys.executable).with_name("accelerate")
     command = [str(accelerate), "launch", "--multi_gpu", "--num_processes", str(processes), "--num_machines", "1",
                "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "clbench.cli", *args]
-    return subprocess.run(command, env={**env, "ACCELERATE_USE_CPU": "1"}, text=True, capture_output=True, timeout=300)
+    # `--use_fsdp` sets ACCELERATE_USE_FSDP; set directly, accelerate's own FSDP plugin (CUDA-minded) stays out
+    engine_env = {"ACCELERATE_USE_FSDP": "true"} if engine == "fsdp" else {}
+    return subprocess.run(command, env={**env, "ACCELERATE_USE_CPU": "1", **engine_env}, text=True, capture_output=True, timeout=300)
 
 
 def table(db: Path, sql: str) -> list[tuple]:
@@ -102,13 +106,13 @@ def table(db: Path, sql: str) -> list[tuple]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["fft", "et"])
-def test_two_processes_train_one_run_like_one_process(method, tiny_cli, tmp_path):
-    """DDP over gloo: one finished row, one attempt, the one-process metrics up to float sum order."""
+@pytest.mark.parametrize("method, engine", [("fft", "ddp"), ("et", "ddp"), ("fft", "fsdp")])
+def test_two_processes_train_one_run_like_one_process(method, engine, tiny_cli, tmp_path):
+    """DDP or FSDP2 over gloo: one finished row, one attempt, the one-process metrics up to float sum order."""
     env = cli_env(tmp_path / "cache")
     one = run_clbench(tiny_cli.run_args(tmp_path / "one.duckdb", "--method", method), env)
     assert one.returncode == 0, one.stderr
-    two = accelerate_launch(tiny_cli.run_args(tmp_path / "two.duckdb", "--method", method), env)
+    two = accelerate_launch(tiny_cli.run_args(tmp_path / "two.duckdb", "--method", method), env, engine=engine)
     assert two.returncode == 0, two.stderr
     assert two.stderr.count("1 runs: 1 finished") == 1 and two.stdout.count(TASK) == 1  # the main process alone reports
     db = tmp_path / "two.duckdb"
@@ -125,6 +129,16 @@ def test_two_processes_train_one_run_like_one_process(method, tiny_cli, tmp_path
     if method == "et":
         assert parallel["forgetting_oldvocab"] == 0.0
 
-    again = accelerate_launch(tiny_cli.run_args(db, "--method", method), env)
+    again = accelerate_launch(tiny_cli.run_args(db, "--method", method), env, engine=engine)
     assert again.returncode == 0 and "0 finished, 1 already in" in again.stderr, again.stderr
     assert table(db, "SELECT count(*) FROM attempts") == [(1,)]
+
+
+@pytest.mark.slow
+def test_fsdp_refuses_a_method_that_trains_rows_outside_the_model_before_writing(tiny_cli, tmp_path):
+    done = accelerate_launch(tiny_cli.run_args(tmp_path / "r.duckdb", "--method", "et"), cli_env(tmp_path / "cache"), engine="fsdp")
+    # each process exits 2 with the one line (clbench.cli); accelerate's launcher then exits 1
+    assert done.returncode == 1 and "clbench: error: method 'et' trains new rows outside the model and needs no sharding" in done.stderr
+    # no clbench frame in any traceback (the launcher prints its own ChildFailedError one)
+    assert f'File "{Path(clbench.__file__).parent}' not in done.stderr
+    assert not (tmp_path / "r.duckdb").exists() or table(tmp_path / "r.duckdb", "SELECT count(*) FROM attempts") == [(0,)]
