@@ -52,9 +52,10 @@ def higher_is_better(metric: str) -> bool:
 
 def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """NLL of each target under softmax(logits) = logsumexp(logits) − logits[target]; logits [P, V],
-    targets [P] → [P] float64. Computed in float32 (bf16/fp16 logits are upcast), as lm-eval does:
-    a float64 log-softmax over a 49k–152k vocabulary cost 2.6× as much time (0.23 s per 1,024
-    positions here) for a per-token difference below 2e-6; the float64 result is for summing."""
+    targets [P] → [P] float64 (for summing). Computed in float32 (bf16/fp16 logits are upcast): on
+    SmolLM2's 49,152 logits it is within 2e-8 nats per token of a float64 reference on average
+    (a float32 log-softmax, lm-eval's, under-counts by 1.6e-5), while a float64 log-softmax cost 2.6×
+    as much time (0.23 s per 1,024 positions here)."""
     logits = logits.float()
     return (torch.logsumexp(logits, dim=-1) - logits.gather(-1, targets[:, None]).squeeze(-1)).double()
 
