@@ -96,9 +96,10 @@ class DataParallel:
         self.weight = count * self.world / totals[1]
         return (totals[0] / totals[1]).item()
 
-    def backward(self, loss: torch.Tensor) -> None:
-        # reached only when the batch loss is finite: a NaN here is an empty shard's, weighted 0
-        self.accelerator.backward(loss.nan_to_num() * self.weight)
+    def backward(self, loss: torch.Tensor, penalty: torch.Tensor) -> None:
+        # reached only when the batch loss is finite: a NaN here is an empty shard's, weighted 0;
+        # the penalty (train()'s) is the same in every process, and DDP's average keeps it whole
+        self.accelerator.backward(loss.nan_to_num() * self.weight + penalty)
 
     def clip_grad_norm_(self, params, max_norm: float) -> torch.Tensor:
         return self.accelerator.clip_grad_norm_(params, max_norm)

@@ -266,13 +266,13 @@ def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_co
                 log(f"  {stage.name + ' ' if data.stages else ''}step {step + 1}/{budget.steps}  loss {loss:.4f}")
 
         train_set = encode_examples(tokenizer, stage.train[: budget.n_train], base.max_length)
-        if hasattr(adapter, "training_examples"):  # optional hook (clbench/method.py): rehearsal of old text
+        if hasattr(adapter, "training_examples"):  # optional hook (clbench/method.py): old text (replay, ewc)
             train_set = adapter.training_examples(train_set, encode_texts(tokenizer, data.replay_text, base.max_length))
         results.append(train(
             model, adapter.param_groups, train_set,
             steps=budget.steps, batch_size=budget.batch_size, lr=method_config.lr, seed=seed, pad_id=pad,
             vocab_limit=old_vocab if method.train_vocab == "old" else None,
-            on_step=progress,
+            on_step=progress, penalty=getattr(adapter, "penalty", None),
         ))
         model = adapter.finalize()
         if data.stages:

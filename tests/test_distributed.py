@@ -102,7 +102,7 @@ def table(db: Path, sql: str) -> list[tuple]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["fft", "et"])
+@pytest.mark.parametrize("method", ["fft", "et", "ewc"])  # ewc: its penalty through DDP
 def test_two_processes_train_one_run_like_one_process(method, tiny_cli, tmp_path):
     """DDP over gloo: one finished row, one attempt, the one-process metrics up to float sum order."""
     env = cli_env(tmp_path / "cache")
@@ -116,10 +116,13 @@ def test_two_processes_train_one_run_like_one_process(method, tiny_cli, tmp_path
     assert table(db, "SELECT attempt, outcome FROM attempts") == [(1, "finished")]
     single, parallel = (dict(table(tmp_path / f"{n}.duckdb", "SELECT metric, value FROM metrics")) for n in ("one", "two"))
     assert single.keys() == parallel.keys()
+    # ewc's penalty gradient (λ = 1e6) dwarfs the task's, whose last-bit differences then weigh more:
+    # measured 2.1e-7 relative on forgetting_full, 1.7e-7 on final_train_loss
+    rel = 1e-6 if method == "ewc" else 1e-7
     for metric in single.keys() - NOT_REPRODUCIBLE:
         # the gradient is a sum over two shards instead of one batch: the weights differ in the last
         # float32 bits, the metrics by ≤ 5e-10 (measured: 4.5e-10 on forgetting_oldvocab after FFT)
-        assert parallel[metric] == pytest.approx(single[metric], rel=1e-7, abs=1e-8), metric
+        assert parallel[metric] == pytest.approx(single[metric], rel=rel, abs=1e-8), metric
     for exact in ("tokens_seen", "trainable_params", "target_loss_init", "old_loss_base", "target_acc"):
         assert parallel[exact] == single[exact], exact
     if method == "et":
