@@ -82,16 +82,16 @@ class DataParallel:
     param groups are rewritten in place (the unsharded originals are then freed); finish() gathers the
     full weights back into every process for scoring."""
 
-    def __init__(self, model, param_groups: list[dict]):
+    def __init__(self, model, param_groups: list[dict], *, penalty: bool = False):
         self.state = _state()
         self.rank, self.world = self.state.process_index, self.state.num_processes
         self.fsdp = fsdp_requested()
         model_params = {id(p) for p in model.parameters()}
         outside = [p for group in param_groups for p in group["params"] if id(p) not in model_params]
         if self.fsdp:
-            if outside:
-                raise ClbenchError("FSDP shards the model's own weights; this method trains parameters outside the model "
-                                   "(new rows, a prompt), which need no sharding: launch it without --use_fsdp (DDP)")
+            if outside or penalty:  # plan() says so per method before anything is written; this is the backstop
+                raise ClbenchError("FSDP replaces the model's weights with shards; this method trains parameters outside "
+                                   "the model or holds references to the weights for a penalty: launch it without --use_fsdp (DDP)")
             self.wrapped = _fully_shard(model, param_groups, self.state.device)
         else:
             from accelerate import Accelerator
@@ -126,9 +126,11 @@ class DataParallel:
         self.weight = count * self.world / totals[1]
         return (totals[0] / totals[1]).item()
 
-    def backward(self, loss: torch.Tensor) -> None:
-        # reached only when the batch loss is finite: a NaN here is an empty shard's, weighted 0
-        (loss.nan_to_num() * self.weight).backward()
+    def backward(self, loss: torch.Tensor, penalty: torch.Tensor | None) -> None:
+        # reached only when the batch loss is finite: a NaN here is an empty shard's, weighted 0;
+        # the penalty (train()'s) is the same in every process, and DDP's average keeps it whole
+        weighted = loss.nan_to_num() * self.weight
+        (weighted if penalty is None else weighted + penalty).backward()
 
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
         from torch.distributed.tensor import DTensor

@@ -30,8 +30,15 @@ class Adapter(Protocol):
     def finalize(self): ...  # → the model to evaluate, new rows written into it
 
     # Optional: training_examples(train, replay) -> list[Encoded]. If an adapter defines it, the
-    # protocol trains on what it returns instead of `train` (replay: the task's replay_text,
-    # encoded like plain text). The one hook for methods that rehearse old data.
+    # protocol calls it once, after setup and before the first step (the weights as they were before
+    # training), and trains on what it returns instead of `train` (replay: the task's replay_text,
+    # encoded like plain text). The one hook through which a method sees old text: `replay`
+    # rehearses it; `ewc` returns `train` unchanged and estimates its Fisher on `replay`. A hook of
+    # its own would hand over the same data at the same moment, so there is one.
+
+    # Optional: penalty() -> Tensor, a scalar train() adds to the loss at every step: backpropagated,
+    # clipped with the rest and checked for finiteness with it; the logged and returned training loss
+    # stay the task loss alone. `ewc`'s pull toward the old weights.
 
 
 @dataclass(frozen=True)

@@ -204,10 +204,15 @@ def plan(
         "model_fingerprint": base.fingerprint, "data_fingerprint": data.fingerprint(),
     }
     run_id = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
-    if distributed.launched() and distributed.fsdp_requested() and method.train_vocab == "old":
-        # the ET family and pt train rows outside the model's weights, which FSDP shards (distributed.DataParallel)
-        raise ClbenchError(f"method {method.name!r} trains new rows outside the model and needs no sharding: "
-                           "launch it without --use_fsdp (DDP); FSDP is for methods that train the model's weights")
+    if distributed.launched() and distributed.fsdp_requested():
+        # FSDP replaces the model's parameters with shards (distributed.DataParallel): the ET family and pt
+        # train rows outside them, and a penalty (ewc) holds its own references to the unsharded ones
+        if method.train_vocab == "old":
+            raise ClbenchError(f"method {method.name!r} trains new rows outside the model and needs no sharding: "
+                               "launch it without --use_fsdp (DDP); FSDP is for methods that train the model's weights")
+        if hasattr(method.setup, "penalty"):
+            raise ClbenchError(f"method {method.name!r} computes its penalty on references to the unsharded weights, "
+                               "which FSDP replaces: launch it without --use_fsdp (DDP)")
     preflight(base, data, budget, init)
     return Plan(run_id, config, method_config, base, data, budget)
 
@@ -270,13 +275,13 @@ def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_co
                 log(f"  {stage.name + ' ' if data.stages else ''}step {step + 1}/{budget.steps}  loss {loss:.4f}")
 
         train_set = encode_examples(tokenizer, stage.train[: budget.n_train], base.max_length)
-        if hasattr(adapter, "training_examples"):  # optional hook (clbench/method.py): rehearsal of old text
+        if hasattr(adapter, "training_examples"):  # optional hook (clbench/method.py): old text (replay, ewc)
             train_set = adapter.training_examples(train_set, encode_texts(tokenizer, data.replay_text, base.max_length))
         results.append(train(
             model, adapter.param_groups, train_set,
             steps=budget.steps, batch_size=budget.batch_size, lr=method_config.lr, seed=seed, pad_id=pad,
             vocab_limit=old_vocab if method.train_vocab == "old" else None,
-            on_step=progress,
+            on_step=progress, penalty=getattr(adapter, "penalty", None),
         ))
         model = adapter.finalize()
         if data.stages:

@@ -69,8 +69,11 @@ def train(
     warmup_frac: float = 0.1,
     max_grad_norm: float = 1.0,
     on_step: Callable[[int, float], None] | None = None,
+    penalty: Callable[[], torch.Tensor] | None = None,
 ) -> TrainResult:
-    """vocab_limit: softmax over the first vocab_limit logits only (p(u|·)=0 for new tokens u)."""
+    """vocab_limit: softmax over the first vocab_limit logits only (p(u|·)=0 for new tokens u).
+    penalty: a method's regulariser (Adapter.penalty), added to the loss that is backpropagated and
+    clipped at every step; the logged and returned loss stay the task loss alone."""
     params = [p for group in param_groups for p in group["params"]]
     low = sorted({str(p.dtype).removeprefix("torch.") for p in params if p.dtype != torch.float32})
     if low:  # a method's bug, caught before it silently trains nothing
@@ -81,7 +84,7 @@ def train(
         raise ClbenchError("a trainable parameter is offloaded to cpu/disk by device_map; only weights on a device can train")
     # launched as several processes (accelerate launch): DDP or FSDP, each process a shard of every batch;
     # before the optimizer, since FSDP replaces the parameters with sharded ones
-    parallel = DataParallel(model, param_groups) if launched() else None
+    parallel = DataParallel(model, param_groups, penalty=penalty is not None) if launched() else None
     if parallel:
         model = parallel.wrapped
     # weight decay only where a group asks: decay moves rows whose gradient is zero
@@ -104,14 +107,15 @@ def train(
                 target_mask = target_mask & (ids[:, 1:] < vocab_limit)
             loss = F.cross_entropy(logits[target_mask].float(), ids[:, 1:][target_mask])
         loss_value = parallel.batch_loss(loss, target_mask) if parallel else loss.item()
-        if not math.isfinite(loss_value):
+        extra = penalty() if penalty is not None else None  # None: no tensor or sync per step for other methods
+        if not math.isfinite(loss_value if extra is None else loss_value + extra.item()):
             raise DivergedError(f"non-finite training loss at step {step}")
         optimizer.zero_grad(set_to_none=True)
         if parallel:
-            parallel.backward(loss)
+            parallel.backward(loss, extra)
             grad_norm = parallel.clip_grad_norm_(max_grad_norm)
         else:
-            loss.backward()
+            (loss if extra is None else loss + extra).backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
         if not torch.isfinite(grad_norm):
             raise DivergedError(f"non-finite gradient norm at step {step}")

@@ -106,7 +106,7 @@ def table(db: Path, sql: str) -> list[tuple]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method, engine", [("fft", "ddp"), ("et", "ddp"), ("fft", "fsdp")])
+@pytest.mark.parametrize("method, engine", [("fft", "ddp"), ("et", "ddp"), ("ewc", "ddp"), ("fft", "fsdp")])
 def test_two_processes_train_one_run_like_one_process(method, engine, tiny_cli, tmp_path):
     """DDP or FSDP2 over gloo: one finished row, one attempt, the one-process metrics up to float sum order."""
     env = cli_env(tmp_path / "cache")
@@ -120,10 +120,13 @@ def test_two_processes_train_one_run_like_one_process(method, engine, tiny_cli, 
     assert table(db, "SELECT attempt, outcome FROM attempts") == [(1, "finished")]
     single, parallel = (dict(table(tmp_path / f"{n}.duckdb", "SELECT metric, value FROM metrics")) for n in ("one", "two"))
     assert single.keys() == parallel.keys()
+    # ewc's penalty gradient (λ = 1e6) dwarfs the task's, whose last-bit differences then weigh more:
+    # measured 2.1e-7 relative on forgetting_full, 1.7e-7 on final_train_loss
+    rel = 1e-6 if method == "ewc" else 1e-7
     for metric in single.keys() - NOT_REPRODUCIBLE:
         # the gradient is a sum over two shards instead of one batch: the weights differ in the last
         # float32 bits, the metrics by ≤ 5e-10 (measured: 4.5e-10 on forgetting_oldvocab after FFT)
-        assert parallel[metric] == pytest.approx(single[metric], rel=1e-7, abs=1e-8), metric
+        assert parallel[metric] == pytest.approx(single[metric], rel=rel, abs=1e-8), metric
     for exact in ("tokens_seen", "trainable_params", "target_loss_init", "old_loss_base", "target_acc"):
         assert parallel[exact] == single[exact], exact
     if method == "et":
@@ -135,10 +138,12 @@ def test_two_processes_train_one_run_like_one_process(method, engine, tiny_cli, 
 
 
 @pytest.mark.slow
-def test_fsdp_refuses_a_method_that_trains_rows_outside_the_model_before_writing(tiny_cli, tmp_path):
-    done = accelerate_launch(tiny_cli.run_args(tmp_path / "r.duckdb", "--method", "et"), cli_env(tmp_path / "cache"), engine="fsdp")
+@pytest.mark.parametrize("method, message", [("et", "trains new rows outside the model and needs no sharding"),
+                                             ("ewc", "computes its penalty on references to the unsharded weights")])
+def test_fsdp_refuses_methods_it_cannot_shard_before_writing(method, message, tiny_cli, tmp_path):
+    done = accelerate_launch(tiny_cli.run_args(tmp_path / "r.duckdb", "--method", method), cli_env(tmp_path / "cache"), engine="fsdp")
     # each process exits 2 with the one line (clbench.cli); accelerate's launcher then exits 1
-    assert done.returncode == 1 and "clbench: error: method 'et' trains new rows outside the model and needs no sharding" in done.stderr
+    assert done.returncode == 1 and f"clbench: error: method {method!r} {message}" in done.stderr
     # no clbench frame in any traceback (the launcher prints its own ChildFailedError one)
     assert f'File "{Path(clbench.__file__).parent}' not in done.stderr
     assert not (tmp_path / "r.duckdb").exists() or table(tmp_path / "r.duckdb", "SELECT count(*) FROM attempts") == [(0,)]

@@ -59,7 +59,7 @@ def expected_trainable(name: str, tied: bool, old_vocab: int, n_new: int) -> int
     lora = LAYERS * rank * (4 * (D + D) + 3 * (D + MLP)) + n_new * D * (1 if tied else 2)
     prompt = methods().get("pt").config_cls().virtual_tokens * D
     counts = {
-        "et": n_new * D, "et-dict": n_new * old_vocab, "et-out": 2 * n_new * D,
+        "et": n_new * D, "et-dict": n_new * old_vocab, "et-out": 2 * n_new * D, "ewc": every_weight,
         "fft": every_weight, "replay": every_weight, "lora": lora, "pt": prompt + n_new * D,
     }
     assert name in counts, f"method {name!r} has no contract in this test: add its trainable count here"

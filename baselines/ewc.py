@@ -1,0 +1,108 @@
+"""ewc: full fine-tuning pulled back toward the old weights, each by how much old text depends on it.
+
+Elastic Weight Consolidation (Kirkpatrick et al. 2017, PNAS): the training loss gets the penalty
+(λ/2) Σ_i F_i (θ_i − θ*_i)², θ* the weights before training and F the diagonal empirical Fisher of
+the old model on old text, F_i = mean over texts x of (∂ log p(x) / ∂θ_i)², log p(x) the mean
+per-token log-likelihood of one text (the training loss's normalisation, so λ compares with it).
+F is estimated on the task's `replay_text` (old text disjoint from the text forgetting is measured
+on) through the `training_examples` hook, which the protocol calls before the first step; the
+penalty reaches train() through the `penalty` hook (clbench/method.py). The Fisher's likelihood is
+the old-vocabulary softmax (ids below expansion.old_vocab): the old model's own distribution, which
+the new rows' initialisation does not touch. New-token rows carry no penalty.
+"""
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call, grad, vmap
+
+from clbench.data import Encoded, Padded
+from clbench.errors import ClbenchError
+from clbench.method import register_method
+from clbench.models import input_device
+from clbench.train import autocast
+
+
+@dataclass(frozen=True)
+class EWCConfig:
+    lr: float = field(default=1e-3, metadata={"help": "AdamW learning rate for all weights (as fft)"})
+    # lam, measured on `clbench run --task arithmetic --set lam=…` (seed 0, offline defaults; fft = λ 0):
+    #   λ         0      1e3    1e4    1e5    1e6    1e7
+    #   target   0.58   0.577  0.56   0.583  0.58   0.507   (target_acc)
+    #   forget   0.658  0.442  0.224  0.106  0.061  0.043   (forgetting_oldvocab)
+    #   skill   −0.638 −0.538 −0.398 −0.166 −0.110 −0.102   (old_skill_acc_delta)
+    # 1e6: the largest λ tried that keeps fft's target accuracy. F scales with the old text's
+    # gradients, so another model or task may want another λ (--set lam=…).
+    lam: float = field(default=1e6, metadata={"help": "EWC strength λ: the penalty is (λ/2) Σ F (θ − θ*)²"})
+    fisher_examples: int = field(default=128, metadata={"help": "how many replay texts (the first ones) estimate the Fisher"})
+    fisher_batch_size: int = field(default=8, metadata={
+        "help": "replay texts whose per-text gradients are computed at once (memory: this × the parameter count in float32)"})
+
+    def __post_init__(self):
+        if not (math.isfinite(self.lam) and self.lam >= 0):
+            raise ValueError(f"lam must be a finite number >= 0, got {self.lam}")
+        if self.fisher_examples < 1 or self.fisher_batch_size < 1:
+            raise ValueError(f"fisher_examples and fisher_batch_size must be >= 1, got {self.fisher_examples}, {self.fisher_batch_size}")
+
+
+def diagonal_fisher(model, examples: list[Encoded], *, vocab_limit: int, batch_size: int) -> dict[str, torch.Tensor]:
+    """name → mean over examples of the squared gradient of the example's mean NLL (softmax over
+    the first vocab_limit logits, targets below it scored), one entry per parameter of the model."""
+    params = {name: p.detach() for name, p in model.named_parameters()}
+    device = input_device(model)
+
+    def example_nll(params, ids, scored):
+        logits = functional_call(model, params, args=(), kwargs={"input_ids": ids[None]}).logits[0, :-1, :vocab_limit]
+        nll = F.cross_entropy(logits.float(), ids[1:].clamp(max=vocab_limit - 1), reduction="none")
+        return (nll * scored).sum() / scored.sum().clamp(min=1)
+
+    per_example = vmap(grad(example_nll), in_dims=(None, 0, 0))
+    fisher = {name: torch.zeros_like(p) for name, p in params.items()}
+    padded = Padded(examples, pad_id=0)  # right padding: no real position sees a pad, none is scored
+    with warnings.catch_warnings():
+        # SDPA has no vmap batching rule, so functorch loops attention over the examples; the rest
+        # stays batched (3× faster than one backward per text on the arithmetic base's shape)
+        warnings.filterwarnings("ignore", message="There is a performance drop because we have not yet implemented the batching rule")
+        for start in range(0, len(examples), batch_size):
+            ids, _, target_mask = (t.to(device) for t in padded.batch(range(start, min(start + batch_size, len(examples)))))
+            scored = (target_mask & (ids[:, 1:] < vocab_limit)).float()
+            with autocast(device):
+                grads = per_example(params, ids, scored)
+            for name, g in grads.items():
+                fisher[name] += g.float().square().sum(0)
+    return {name: f / len(examples) for name, f in fisher.items()}
+
+
+class EWC:
+    def __init__(self, model, expansion, config: EWCConfig):
+        model.float().requires_grad_(True)  # float32 masters, as in fft
+        self.model, self.old_vocab, self.config = model, expansion.old_vocab, config
+        self.param_groups = [{"params": list(model.parameters())}]
+        self.anchors: list[tuple[torch.nn.Parameter, torch.Tensor, torch.Tensor]] = []  # (θ, θ*, F)
+
+    def training_examples(self, train: list, replay: list) -> list:
+        """Called before the first step: F and θ* at the weights before training; trains on `train` alone."""
+        if not replay:
+            raise ClbenchError("method 'ewc' needs old text to estimate its Fisher on: the task has no replay_text")
+        config, model = self.config, self.model
+        fisher = diagonal_fisher(model, replay[: config.fisher_examples], vocab_limit=self.old_vocab,
+                                 batch_size=config.fisher_batch_size)
+        vocab_matrices = {id(model.get_input_embeddings().weight), id(model.get_output_embeddings().weight)}
+        for name, p in model.named_parameters():
+            if id(p) in vocab_matrices:
+                fisher[name][self.old_vocab :] = 0  # new-token rows are free to move
+            self.anchors.append((p, p.detach().clone(), fisher[name]))
+        return train
+
+    def penalty(self) -> torch.Tensor:
+        return self.config.lam / 2 * sum((f * (p - anchor).square()).sum() for p, anchor, f in self.anchors)
+
+    def finalize(self):
+        return self.model
+
+
+register_method("ewc", EWCConfig, EWC, train_vocab="full",
+                description="Full fine-tuning with an EWC penalty (diagonal Fisher on replay_text) toward the old weights")

@@ -1,0 +1,134 @@
+"""ewc on tiny in-process models: its Fisher, its penalty, train()'s penalty hook, and what a huge λ does.
+
+    python -m pytest -q tests/test_ewc.py
+"""
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from clbench.baselines.ewc import diagonal_fisher
+from clbench.data import encode_examples, encode_texts
+from clbench.errors import ClbenchError, DivergedError
+from clbench.expand import expand
+from clbench.method import methods
+from clbench.protocol import Session, adapt_and_evaluate
+from clbench.taskspec import Budget
+from clbench.train import train
+
+from test_methods import tiny_base, tiny_data
+
+REPLAY = ["2+2=4", "9*3=27", "33+9=42", "7*7=49", "1+1=2"]  # unequal lengths: padded batches
+
+
+def expanded(tied: bool):
+    base = tiny_base(tied)
+    model, tokenizer = copy.deepcopy(base.model), copy.deepcopy(base.tokenizer)
+    return model, tokenizer, expand(model, tokenizer, ["<spec>"], init="random", seed=0)
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
+def test_fisher_is_the_mean_of_squared_per_text_gradients(tied):
+    model, tokenizer, expansion = expanded(tied)
+    replay = encode_texts(tokenizer, REPLAY, 32)
+    fisher = diagonal_fisher(model, replay, vocab_limit=expansion.old_vocab, batch_size=2)  # 2 + 2 + 1
+
+    # the definition, one text at a time: mean NLL of its tokens after bos, old-vocabulary softmax
+    params = dict(model.named_parameters())
+    squares = {name: torch.zeros_like(p) for name, p in params.items()}
+    for text in replay:
+        ids = torch.tensor(text.ids)
+        logits = model(input_ids=ids[None]).logits[0, :-1, : expansion.old_vocab]
+        gradients = torch.autograd.grad(F.cross_entropy(logits, ids[1:]), list(params.values()))
+        for name, g in zip(params, gradients):
+            squares[name] += g.square() / len(replay)
+
+    assert fisher.keys() == squares.keys()
+    for name in params:
+        torch.testing.assert_close(fisher[name], squares[name], rtol=1e-5, atol=1e-12)
+        assert squares[name].sum() > 0, name  # every weight touches old text: no comparison of zeros
+    # the new token's rows do not enter the old-vocabulary likelihood of old text
+    new = expansion.old_vocab
+    assert fisher["model.embed_tokens.weight"][new:].abs().sum() == 0
+    if not tied:
+        assert fisher["lm_head.weight"][new:].abs().sum() == 0
+
+
+def ewc_adapter(tied: bool, lam: float):
+    model, tokenizer, expansion = expanded(tied)
+    spec = methods().get("ewc")
+    adapter = spec.setup(model, expansion, spec.config({"lam": lam, "fisher_batch_size": 2}))
+    train_set = encode_examples(tokenizer, tiny_data().train, 32)
+    replay = encode_texts(tokenizer, REPLAY, 32)
+    assert adapter.training_examples(train_set, replay) is train_set  # ewc trains on the new examples alone
+    return adapter, model, expansion, diagonal_fisher(model, replay, vocab_limit=expansion.old_vocab, batch_size=5)
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
+def test_penalty_is_zero_at_the_old_weights_and_quadratic_around_them(tied):
+    lam = 250.0
+    adapter, model, expansion, fisher = ewc_adapter(tied, lam)
+    assert adapter.penalty().item() == 0.0
+
+    embedding = model.get_input_embeddings().weight
+    q = model.model.layers[0].self_attn.q_proj.weight
+    new = expansion.old_vocab
+    with torch.no_grad():
+        embedding[new:] += 3.0  # the new token's row: no penalty however far it moves
+    assert adapter.penalty().item() == 0.0
+
+    with torch.no_grad():
+        q += 0.01
+        embedding[5] -= 0.02
+    expected = lam / 2 * (fisher["model.layers.0.self_attn.q_proj.weight"].sum() * 0.01**2
+                          + fisher["model.embed_tokens.weight"][5].sum() * 0.02**2)
+    penalty = adapter.penalty()
+    assert expected > 0
+    assert penalty.item() == pytest.approx(expected.item(), rel=1e-5)
+    penalty.backward()  # its gradient is λ F Δ
+    torch.testing.assert_close(q.grad, lam * fisher["model.layers.0.self_attn.q_proj.weight"] * 0.01, rtol=1e-4, atol=1e-12)
+
+
+def test_train_adds_the_penalty_to_the_update_but_reports_the_task_loss():
+    def run(penalty):
+        model, tokenizer, expansion = expanded(tied=False)
+        params = list(model.parameters())
+        examples = encode_examples(tokenizer, tiny_data().train, 32)
+        result = train(model, [{"params": params}], examples, steps=3, batch_size=4, lr=1e-2, seed=0,
+                       pad_id=tokenizer.pad_token_id, penalty=penalty and (lambda: penalty(params)))
+        return result, model.model.norm.weight.detach().clone()
+
+    plain, plain_norm = run(None)
+    constant, constant_norm = run(lambda params: torch.tensor(7.0))  # no gradient: same training, same loss
+    assert constant.final_loss == plain.final_loss and torch.equal(constant_norm, plain_norm)
+    pulled, pulled_norm = run(lambda params: 100.0 * params[-1].sum())  # params[-1]: the final norm's weight
+    assert not torch.equal(pulled_norm, plain_norm)
+    with pytest.raises(DivergedError, match="non-finite training loss at step 0"):
+        run(lambda params: torch.tensor(float("inf")))
+
+
+def test_a_huge_lambda_keeps_old_text_where_fft_loses_it():
+    base, data = tiny_base(tied=False), tiny_data()
+    budget = Budget(n_train=6, steps=30, batch_size=4, eval_batch_size=8)
+
+    def forgetting(name, **options):
+        spec = methods().get(name)
+        values = adapt_and_evaluate(base, data, spec, spec.config({"lr": 1e-2, **options}), budget, "random", 0, Session())
+        return values["forgetting_oldvocab"], values["target_loss"]
+
+    fft = forgetting("fft")
+    assert forgetting("ewc", lam=0.0) == fft  # no penalty: fft, step for step
+    ewc = forgetting("ewc", lam=1e9)
+    # measured: fft 0.291, ewc −0.030 (its old text a little better than the base's) at λ = 1e9
+    assert fft[0] > 0.25 and abs(ewc[0]) < fft[0] / 5, (fft, ewc)
+
+
+def test_ewc_refuses_a_task_without_replay_text():
+    base, data = tiny_base(tied=False), dataclasses.replace(tiny_data(), replay_text=[])
+    spec = methods().get("ewc")
+    budget = Budget(n_train=6, steps=1, batch_size=4, eval_batch_size=8)
+    with pytest.raises(ClbenchError, match="^method 'ewc' needs old text to estimate its Fisher on: the task has no replay_text$"):
+        adapt_and_evaluate(base, data, spec, spec.config(), budget, "random", 0, Session())
