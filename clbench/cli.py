@@ -352,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
     except ClbenchError as error:
+        # distributed.is_main(), read here directly: importing that module imports torch (~2 s on an error path)
         if int(os.environ.get("RANK", "0")) == 0:  # under accelerate launch every process hits it: one line
             print(f"clbench: error: {error}", file=sys.stderr)
         return 2
