@@ -204,6 +204,11 @@ def plan(
         "model_fingerprint": base.fingerprint, "data_fingerprint": data.fingerprint(),
     }
     run_id = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+    if hasattr(method.setup, "training_examples") and not data.replay_text:
+        # the hook hands a method the task's old text (replay rehearses it, ewc estimates its Fisher on it);
+        # checked here, or the run would be claimed before the method finds nothing to read
+        raise ClbenchError(f"method {method.name!r} reads old text through its training_examples hook, "
+                           f"and task {task.name!r} has no replay_text")
     if distributed.launched() and distributed.fsdp_requested():
         # FSDP replaces the model's parameters with shards (distributed.DataParallel): the ET family and pt
         # train rows outside them, and a penalty (ewc) holds its own references to the unsharded ones

@@ -153,6 +153,10 @@ CASES = [
     ("misspelt-flag", lambda c: c.run("--sedes", "1"), "unrecognized arguments: --sedes 1"),
     ("device-map-on-a-builtin", lambda c: c.run("--model", "builtin:arith-llama", "--device-map", "auto"), "--device-map is for hub and local models"),
     ("device-map-with-device", lambda c: c.run("--device-map", "auto", "--device", "cpu"), "--device-map places the model itself; leave --device at auto"),
+    ("replay-without-replay-text", lambda c: c.run("--method", "replay", task_dir=c.task(params={"n_replay": 0})),
+     "method 'replay' reads old text through its training_examples hook, and task 'tiny-arith' has no replay_text"),
+    ("ewc-without-replay-text", lambda c: c.run("--method", "ewc", task_dir=c.task(params={"n_replay": 0})),
+     "method 'ewc' reads old text through its training_examples hook, and task 'tiny-arith' has no replay_text"),
     ("device-map-unknown", lambda c: c.run("--device-map", "balanced"), "argument --device-map: invalid choice: 'balanced'"),
 ]
 
