@@ -178,6 +178,7 @@ def cmd_run(args) -> int:
             # a run already in the DB (skipped) is rebuilt for lm-eval
             rows = check_run(store, outcomes[-1].run_id, checker, captured or None, session, args.task_dir, only_missing=True)
             print(format_rows(outcomes[-1].run_id, rows), file=sys.stderr)
+    distributed.close()
     if not main:
         return 0  # the other processes trained in lockstep; the main one reports
     failed = report_statuses([o.status for o in outcomes], args.db)

@@ -61,6 +61,14 @@ def main_decides(decide):
     return broadcast_object_list(answer)[0]
 
 
+def close() -> None:
+    """The launched processes leave together: one that exits first tears the process group's
+    connections down under the others (seen: SIGABRT in rank 1 after a rerun that trained nothing)."""
+    if launched() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+
+
 def fsdp_requested() -> bool:
     """`accelerate launch --use_fsdp` (or an accelerate config that selects FSDP) sets ACCELERATE_USE_FSDP."""
     from accelerate.utils import parse_flag_from_env
