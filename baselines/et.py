@@ -28,4 +28,6 @@ class ET:
         return self.model
 
 
-register_method("et", ETConfig, ET, train_vocab="old", description="Embedding Tuning: new input rows only, backbone frozen")
+register_method(
+    "et", ETConfig, ET, train_vocab="old", description="Embedding Tuning: new input rows only, backbone frozen"
+)

@@ -30,7 +30,9 @@ class ETDictConfig:
 
 def top_s(alpha: torch.Tensor, s: int) -> torch.Tensor:
     """alpha with all but the s largest-magnitude entries of each row zeroed (forward); identity gradient."""
-    keep = torch.zeros_like(alpha, dtype=torch.bool).scatter_(1, alpha.abs().topk(min(s, alpha.shape[1]), dim=1).indices, True)
+    keep = torch.zeros_like(alpha, dtype=torch.bool).scatter_(
+        1, alpha.abs().topk(min(s, alpha.shape[1]), dim=1).indices, True
+    )
     return alpha + (alpha * keep - alpha).detach()
 
 
@@ -56,5 +58,10 @@ class ETDict:
         return self.model
 
 
-register_method("et-dict", ETDictConfig, ETDict, train_vocab="old",
-                description="ET with each new row an s-sparse combination of old rows (top-s, straight-through)")
+register_method(
+    "et-dict",
+    ETDictConfig,
+    ETDict,
+    train_vocab="old",
+    description="ET with each new row an s-sparse combination of old rows (top-s, straight-through)",
+)

@@ -31,7 +31,9 @@ class ETOut:
         self.model, self.expansion = model, expansion
         self.rows = NewRows(model, expansion.old_vocab, len(expansion.new_ids))
         head = model.get_output_embeddings()
-        self.out_rows = torch.nn.Parameter(head.weight[expansion.old_vocab : expansion.new_vocab].detach().clone().float())
+        self.out_rows = torch.nn.Parameter(
+            head.weight[expansion.old_vocab : expansion.new_vocab].detach().clone().float()
+        )
         self._handle = head.register_forward_hook(self._new_logits)
         self.param_groups = [{"params": [self.rows.weight, self.out_rows]}]
 
@@ -52,5 +54,10 @@ class ETOut:
         return self.model
 
 
-register_method("et-out", ETOutConfig, ETOut, train_vocab="full",
-                description="ET plus a separate trainable output row per new token (can generate U)")
+register_method(
+    "et-out",
+    ETOutConfig,
+    ETOut,
+    train_vocab="full",
+    description="ET plus a separate trainable output row per new token (can generate U)",
+)

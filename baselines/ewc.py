@@ -37,15 +37,23 @@ class EWCConfig:
     # 1e6: the largest λ tried that keeps fft's target accuracy. F scales with the old text's
     # gradients, so another model or task may want another λ (--set lam=…).
     lam: float = field(default=1e6, metadata={"help": "EWC strength λ: the penalty is (λ/2) Σ F (θ − θ*)²"})
-    fisher_examples: int = field(default=128, metadata={"help": "how many replay texts (the first ones) estimate the Fisher"})
-    fisher_batch_size: int = field(default=8, metadata={
-        "help": "replay texts whose per-text gradients are computed at once (memory: this × the parameter count in float32)"})
+    fisher_examples: int = field(
+        default=128, metadata={"help": "how many replay texts (the first ones) estimate the Fisher"}
+    )
+    fisher_batch_size: int = field(
+        default=8,
+        metadata={
+            "help": "replay texts whose per-text gradients are computed at once (memory: this × the parameter count in float32)"
+        },
+    )
 
     def __post_init__(self):
         if not (math.isfinite(self.lam) and self.lam >= 0):
             raise ValueError(f"lam must be a finite number >= 0, got {self.lam}")
         if self.fisher_examples < 1 or self.fisher_batch_size < 1:
-            raise ValueError(f"fisher_examples and fisher_batch_size must be >= 1, got {self.fisher_examples}, {self.fisher_batch_size}")
+            raise ValueError(
+                f"fisher_examples and fisher_batch_size must be >= 1, got {self.fisher_examples}, {self.fisher_batch_size}"
+            )
 
 
 def diagonal_fisher(model, examples: list[Encoded], *, vocab_limit: int, batch_size: int) -> dict[str, torch.Tensor]:
@@ -65,9 +73,13 @@ def diagonal_fisher(model, examples: list[Encoded], *, vocab_limit: int, batch_s
     with warnings.catch_warnings():
         # SDPA has no vmap batching rule, so functorch loops attention over the examples; the rest
         # stays batched (3× faster than one backward per text on the arithmetic base's shape)
-        warnings.filterwarnings("ignore", message="There is a performance drop because we have not yet implemented the batching rule")
+        warnings.filterwarnings(
+            "ignore", message="There is a performance drop because we have not yet implemented the batching rule"
+        )
         for start in range(0, len(examples), batch_size):
-            ids, _, target_mask = (t.to(device) for t in padded.batch(range(start, min(start + batch_size, len(examples)))))
+            ids, _, target_mask = (
+                t.to(device) for t in padded.batch(range(start, min(start + batch_size, len(examples))))
+            )
             scored = (target_mask & (ids[:, 1:] < vocab_limit)).float()
             with autocast(device):
                 grads = per_example(params, ids, scored)
@@ -88,8 +100,9 @@ class EWC:
         if not replay:
             raise ClbenchError("method 'ewc' needs old text to estimate its Fisher on: the task has no replay_text")
         config, model = self.config, self.model
-        fisher = diagonal_fisher(model, replay[: config.fisher_examples], vocab_limit=self.old_vocab,
-                                 batch_size=config.fisher_batch_size)
+        fisher = diagonal_fisher(
+            model, replay[: config.fisher_examples], vocab_limit=self.old_vocab, batch_size=config.fisher_batch_size
+        )
         vocab_matrices = {id(model.get_input_embeddings().weight), id(model.get_output_embeddings().weight)}
         for name, p in model.named_parameters():
             if id(p) in vocab_matrices:
@@ -104,5 +117,10 @@ class EWC:
         return self.model
 
 
-register_method("ewc", EWCConfig, EWC, train_vocab="full",
-                description="Full fine-tuning with an EWC penalty (diagonal Fisher on replay_text) toward the old weights")
+register_method(
+    "ewc",
+    EWCConfig,
+    EWC,
+    train_vocab="full",
+    description="Full fine-tuning with an EWC penalty (diagonal Fisher on replay_text) toward the old weights",
+)

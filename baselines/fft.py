@@ -17,7 +17,7 @@ class FFT:
         # an update below 2^-8 of itself; under autocast the forward still computes in bf16
         model.float().requires_grad_(True)
         self.model = model
-        self.param_groups = [{"params": [p for p in model.parameters()], "weight_decay": config.weight_decay}]
+        self.param_groups = [{"params": list(model.parameters()), "weight_decay": config.weight_decay}]
 
     def finalize(self):
         return self.model

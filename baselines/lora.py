@@ -19,7 +19,12 @@ class LoRAConfig:
     lr: float = field(default=3e-3, metadata={"help": "AdamW learning rate for adapters and new rows"})
     rank: int = field(default=8, metadata={"help": "LoRA rank r"})
     alpha: float = field(default=16.0, metadata={"help": "LoRA alpha (the update is scaled by alpha / rank)"})
-    targets: str = field(default="all-linear", metadata={"help": "modules that get adapters: 'all-linear' (peft: every linear layer but the output head) or comma-separated names"})
+    targets: str = field(
+        default="all-linear",
+        metadata={
+            "help": "modules that get adapters: 'all-linear' (peft: every linear layer but the output head) or comma-separated names"
+        },
+    )
 
     def __post_init__(self):
         if self.rank < 1:
@@ -32,8 +37,12 @@ class LoRA:
         names = [_module_name(model, m) for m in (model.get_input_embeddings(), model.get_output_embeddings())]
         tokens = new if expansion.tied else dict.fromkeys(names, new)
         peft_config = LoraConfig(
-            r=config.rank, lora_alpha=config.alpha, lora_dropout=0.0,
-            target_modules=config.targets if config.targets == "all-linear" else [t.strip() for t in config.targets.split(",") if t.strip()],
+            r=config.rank,
+            lora_alpha=config.alpha,
+            lora_dropout=0.0,
+            target_modules=config.targets
+            if config.targets == "all-linear"
+            else [t.strip() for t in config.targets.split(",") if t.strip()],
             trainable_token_indices=tokens,
         )
         # peft injects adapters into `model` in place: the protocol's training loop calls it as is
@@ -49,5 +58,10 @@ def _module_name(model, module) -> str:
     return next(name for name, m in model.named_modules() if m is module).rsplit(".", 1)[-1]
 
 
-register_method("lora", LoRAConfig, LoRA, train_vocab="full",
-                description="LoRA (peft) on the projections + the new tokens' embedding rows trainable")
+register_method(
+    "lora",
+    LoRAConfig,
+    LoRA,
+    train_vocab="full",
+    description="LoRA (peft) on the projections + the new tokens' embedding rows trainable",
+)

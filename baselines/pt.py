@@ -26,7 +26,9 @@ class PTConfig:
     lr: float = field(default=3e-1, metadata={"help": "AdamW learning rate for the soft prompt and the new rows"})
     # 1 by default: the local arithmetic base only ever saw ~12 positions, and 8 virtual tokens
     # pushed the real ones past them (target_acc 0.13 vs 0.84 with 1, seed 0)
-    virtual_tokens: int = field(default=1, metadata={"help": "length k of the soft prompt (initialised from sampled vocabulary rows)"})
+    virtual_tokens: int = field(
+        default=1, metadata={"help": "length k of the soft prompt (initialised from sampled vocabulary rows)"}
+    )
 
     def __post_init__(self):
         if self.virtual_tokens < 1:
@@ -39,8 +41,11 @@ class PromptTuning:
         self.model, self.k = model, config.virtual_tokens
         embedding = model.get_input_embeddings()
         peft_config = PromptTuningConfig(
-            task_type="CAUSAL_LM", num_virtual_tokens=self.k, token_dim=embedding.weight.shape[1],
-            num_transformer_submodules=1, prompt_tuning_init="SAMPLE_VOCAB",
+            task_type="CAUSAL_LM",
+            num_virtual_tokens=self.k,
+            token_dim=embedding.weight.shape[1],
+            num_transformer_submodules=1,
+            prompt_tuning_init="SAMPLE_VOCAB",
         )
         # float32 master of the prompt (sampled from a possibly bf16 vocabulary); cast to the embeddings' dtype in use
         self.prompt = PromptEmbedding(peft_config, embedding).to(embedding.weight.device, torch.float32)
@@ -69,5 +74,10 @@ class PromptTuning:
         return self.model  # the prompt hooks stay: the evaluated model is the prompted one
 
 
-register_method("pt", PTConfig, PromptTuning, train_vocab="old",
-                description="Prompt tuning (peft PromptEmbedding) + the new tokens' input rows, backbone frozen")
+register_method(
+    "pt",
+    PTConfig,
+    PromptTuning,
+    train_vocab="old",
+    description="Prompt tuning (peft PromptEmbedding) + the new tokens' input rows, backbone frozen",
+)

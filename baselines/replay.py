@@ -15,7 +15,9 @@ from clbench.method import register_method
 @dataclass(frozen=True)
 class ReplayConfig:
     lr: float = field(default=1e-3, metadata={"help": "AdamW learning rate for all weights"})
-    fraction: float = field(default=0.5, metadata={"help": "share of training examples that are replayed old text, in [0, 1)"})
+    fraction: float = field(
+        default=0.5, metadata={"help": "share of training examples that are replayed old text, in [0, 1)"}
+    )
 
     def __post_init__(self):
         if not 0.0 <= self.fraction < 1.0:
@@ -38,5 +40,10 @@ class Replay:
         return self.model
 
 
-register_method("replay", ReplayConfig, Replay, train_vocab="full",
-                description="Full fine-tuning with a fraction of replayed old-vocabulary text")
+register_method(
+    "replay",
+    ReplayConfig,
+    Replay,
+    train_vocab="full",
+    description="Full fine-tuning with a fraction of replayed old-vocabulary text",
+)

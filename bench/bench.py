@@ -54,8 +54,17 @@ def clbench_et(model, tokenizer, new_tokens, examples, steps, batch_size) -> flo
     encoded = encode_examples(tokenizer, examples, 64)
     spec = methods().get("et")
     adapter = spec.setup(model, expansion, spec.config())
-    result = train(model, adapter.param_groups, encoded, steps=steps, batch_size=batch_size, lr=3e-2, seed=0,
-                   pad_id=tokenizer.pad_token_id, vocab_limit=expansion.old_vocab)
+    result = train(
+        model,
+        adapter.param_groups,
+        encoded,
+        steps=steps,
+        batch_size=batch_size,
+        lr=3e-2,
+        seed=0,
+        pad_id=tokenizer.pad_token_id,
+        vocab_limit=expansion.old_vocab,
+    )
     return result.tokens_seen / result.seconds
 
 
@@ -63,8 +72,10 @@ def hand_written_et(model, tokenizer, new_tokens, examples, steps, batch_size) -
     """The minimal loop a researcher would write: the same rows, batches, optimizer and loss."""
     model, tokenizer, expansion = expanded(model, tokenizer, new_tokens)
     encoded = encode_examples(tokenizer, examples, 64)
-    batches = [collate([encoded[i] for i in b], tokenizer.pad_token_id)
-               for b in epoch_batches(len(encoded), batch_size, steps, torch.Generator().manual_seed(0))]
+    batches = [
+        collate([encoded[i] for i in b], tokenizer.pad_token_id)
+        for b in epoch_batches(len(encoded), batch_size, steps, torch.Generator().manual_seed(0))
+    ]
     model.requires_grad_(False)
     table = model.get_input_embeddings().weight
     V = expansion.old_vocab
@@ -89,12 +100,24 @@ def section_overhead(args) -> dict:
     for _ in range(args.repeats):
         ours.append(clbench_et(model, tokenizer, new_tokens, examples, args.steps, 32))
         hand.append(hand_written_et(model, tokenizer, new_tokens, examples, args.steps, 32))
-    return {"clbench_et_tokens_per_s": statistics.median(ours), "hand_loop_tokens_per_s": statistics.median(hand),
-            "ratio": statistics.median(ours) / statistics.median(hand), "target": ">= 0.95"}
+    return {
+        "clbench_et_tokens_per_s": statistics.median(ours),
+        "hand_loop_tokens_per_s": statistics.median(hand),
+        "ratio": statistics.median(ours) / statistics.median(hand),
+        "target": ">= 0.95",
+    }
 
 
-SMOL_SHAPE = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                  num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=2048, tie_word_embeddings=True)
+SMOL_SHAPE = {
+    "vocab_size": 49152,
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "max_position_embeddings": 2048,
+    "tie_word_embeddings": True,
+}
 
 
 def child_step_cost(method: str, shape: str, steps: int) -> dict:
@@ -102,7 +125,7 @@ def child_step_cost(method: str, shape: str, steps: int) -> dict:
     torch.manual_seed(0)
     if shape == "arith":
         model, tokenizer, new_tokens, examples = arith_setup()
-        seq, batch = None, 32
+        batch = 32
     else:  # a random-weight model of SmolLM2-135M's shape: the cost does not depend on the weights
         from clbench.arith import char_tokenizer
 
@@ -117,15 +140,37 @@ def child_step_cost(method: str, shape: str, steps: int) -> dict:
     spec = methods().get(method)
     adapter = spec.setup(model, expansion, spec.config())
     times = []
-    train(model, adapter.param_groups, encoded, steps=1, batch_size=batch, lr=1e-4, seed=0, pad_id=tokenizer.pad_token_id,
-          vocab_limit=expansion.old_vocab if spec.train_vocab == "old" else None)  # warm-up
+    train(
+        model,
+        adapter.param_groups,
+        encoded,
+        steps=1,
+        batch_size=batch,
+        lr=1e-4,
+        seed=0,
+        pad_id=tokenizer.pad_token_id,
+        vocab_limit=expansion.old_vocab if spec.train_vocab == "old" else None,
+    )  # warm-up
     for step in range(steps):
-        result = train(model, adapter.param_groups, encoded, steps=1, batch_size=batch, lr=1e-4, seed=step,
-                       pad_id=tokenizer.pad_token_id, vocab_limit=expansion.old_vocab if spec.train_vocab == "old" else None)
+        result = train(
+            model,
+            adapter.param_groups,
+            encoded,
+            steps=1,
+            batch_size=batch,
+            lr=1e-4,
+            seed=step,
+            pad_id=tokenizer.pad_token_id,
+            vocab_limit=expansion.old_vocab if spec.train_vocab == "old" else None,
+        )
         times.append(result.seconds)
     state = sum(p.numel() for g in adapter.param_groups for p in g["params"])
-    return {"seconds_per_step": statistics.median(times), "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "rss_before_training_mb": rss_before, "trainable_params": state}
+    return {
+        "seconds_per_step": statistics.median(times),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_before_training_mb": rss_before,
+        "trainable_params": state,
+    }
 
 
 def section_et_vs_fft(args) -> dict:
@@ -134,14 +179,20 @@ def section_et_vs_fft(args) -> dict:
         runs = {"et": [], "fft": []}
         for _ in range(max(1, args.repeats // 2)):
             for method in runs:
-                child = subprocess.run([sys.executable, __file__, "--child", method, shape, str(args.steps if shape == "arith" else 3)],
-                                       capture_output=True, text=True, check=True)
+                child = subprocess.run(
+                    [sys.executable, __file__, "--child", method, shape, str(args.steps if shape == "arith" else 3)],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
                 runs[method].append(json.loads(child.stdout.strip().splitlines()[-1]))
         med = {m: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for m, rs in runs.items()}
-        out[shape] = {**{f"{m}_{k}": v for m, d in med.items() for k, v in d.items()},
-                      "time_ratio_et_over_fft": med["et"]["seconds_per_step"] / med["fft"]["seconds_per_step"],
-                      "peak_rss_ratio_et_over_fft": med["et"]["peak_rss_mb"] / med["fft"]["peak_rss_mb"],
-                      "target": "time ratio <= 0.7"}
+        out[shape] = {
+            **{f"{m}_{k}": v for m, d in med.items() for k, v in d.items()},
+            "time_ratio_et_over_fft": med["et"]["seconds_per_step"] / med["fft"]["seconds_per_step"],
+            "peak_rss_ratio_et_over_fft": med["et"]["peak_rss_mb"] / med["fft"]["peak_rss_mb"],
+            "target": "time ratio <= 0.7",
+        }
     return out
 
 
@@ -187,8 +238,12 @@ def section_eval(args) -> dict:
     lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=args.eval_batch, device="cpu", logits_cache=False)
     requests = [Instance("loglikelihood_rolling", {}, (text,), i) for i, text in enumerate(texts)]
     ours, theirs = [], []
-    scored = lambda encoded: score(model, encoded, old_vocab=len(tokenizer), pad_id=tokenizer.pad_token_id, batch_size=args.eval_batch)
-    scored(encode_texts(tokenizer, texts, base.max_length))  # warm-up for both: first-call allocations and kernel choices
+    scored = lambda encoded: score(
+        model, encoded, old_vocab=len(tokenizer), pad_id=tokenizer.pad_token_id, batch_size=args.eval_batch
+    )
+    scored(
+        encode_texts(tokenizer, texts, base.max_length)
+    )  # warm-up for both: first-call allocations and kernel choices
     for _ in range(args.repeats):
         start = time.perf_counter()  # tokenizing is inside both timings: lm-eval's includes its own
         encoded = encode_texts(tokenizer, texts, base.max_length)
@@ -205,17 +260,26 @@ def section_eval(args) -> dict:
     lm_eval_nll = -sum(loglik)
     peak, flops = matmul_peak_gflops(), forward_flops_per_token(model)
     utilisation = lambda tokens_per_s: tokens_per_s * flops / 1e9 / peak
-    return {"model": args.eval_model, "text": args.eval_corpus or f"old_text of {args.eval_task}", "texts": len(texts),
-            "scored_tokens": scores.n_full,
-            "batch_size": args.eval_batch,
-            "clbench_tokens_per_s": statistics.median(ours), "lm_eval_tokens_per_s": statistics.median(theirs),
-            "ratio": statistics.median(ours) / statistics.median(theirs), "target": ">= 1.5",
-            "ratio_per_repeat": [round(a / b, 3) for a, b in zip(ours, theirs)],
-            "lm_eval_nll_sum": lm_eval_nll, "clbench_nll_sum": same.nll_full, "tokens_compared": same.n_full,
-            "relative_difference": abs(same.nll_full - lm_eval_nll) / lm_eval_nll,
-            "matmul_peak_gflops": peak, "forward_gflop_per_token": flops / 1e9,
-            "clbench_fraction_of_matmul_peak": utilisation(statistics.median(ours)),
-            "lm_eval_fraction_of_matmul_peak": utilisation(statistics.median(theirs))}
+    return {
+        "model": args.eval_model,
+        "text": args.eval_corpus or f"old_text of {args.eval_task}",
+        "texts": len(texts),
+        "scored_tokens": scores.n_full,
+        "batch_size": args.eval_batch,
+        "clbench_tokens_per_s": statistics.median(ours),
+        "lm_eval_tokens_per_s": statistics.median(theirs),
+        "ratio": statistics.median(ours) / statistics.median(theirs),
+        "target": ">= 1.5",
+        "ratio_per_repeat": [round(a / b, 3) for a, b in zip(ours, theirs)],
+        "lm_eval_nll_sum": lm_eval_nll,
+        "clbench_nll_sum": same.nll_full,
+        "tokens_compared": same.n_full,
+        "relative_difference": abs(same.nll_full - lm_eval_nll) / lm_eval_nll,
+        "matmul_peak_gflops": peak,
+        "forward_gflop_per_token": flops / 1e9,
+        "clbench_fraction_of_matmul_peak": utilisation(statistics.median(ours)),
+        "lm_eval_fraction_of_matmul_peak": utilisation(statistics.median(theirs)),
+    }
 
 
 def section_reuse(args) -> dict:
@@ -223,7 +287,20 @@ def section_reuse(args) -> dict:
     import tempfile
 
     db = Path(tempfile.mkdtemp()) / "reuse.duckdb"
-    command = [sys.executable, "-m", "clbench.cli", "run", "--task", "arithmetic", "--method", "et,fft", "--seeds", "0,1", "--db", str(db)]
+    command = [
+        sys.executable,
+        "-m",
+        "clbench.cli",
+        "run",
+        "--task",
+        "arithmetic",
+        "--method",
+        "et,fft",
+        "--seeds",
+        "0,1",
+        "--db",
+        str(db),
+    ]
     timings = []
     for _ in range(2):
         start = time.perf_counter()
@@ -238,14 +315,25 @@ def section_front_door(args) -> dict:
 
     db = Path(tempfile.mkdtemp()) / "all.duckdb"
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "clbench.cli", "run", "--task", "all", "--method", "et", "--db", str(db)],
-                   capture_output=True, check=True)
-    return {"command": "clbench run --task all --method et", "wall_seconds": time.perf_counter() - start,
-            "target": "minutes"}
+    subprocess.run(
+        [sys.executable, "-m", "clbench.cli", "run", "--task", "all", "--method", "et", "--db", str(db)],
+        capture_output=True,
+        check=True,
+    )
+    return {
+        "command": "clbench run --task all --method et",
+        "wall_seconds": time.perf_counter() - start,
+        "target": "minutes",
+    }
 
 
-SECTIONS = {"overhead": section_overhead, "et-vs-fft": section_et_vs_fft, "eval": section_eval, "reuse": section_reuse,
-            "front-door": section_front_door}
+SECTIONS = {
+    "overhead": section_overhead,
+    "et-vs-fft": section_et_vs_fft,
+    "eval": section_eval,
+    "reuse": section_reuse,
+    "front-door": section_front_door,
+}
 
 
 def main() -> None:

@@ -27,11 +27,27 @@ from clbench.method import methods
 from clbench.train import train
 
 SHAPES = {
-    "llama-3.2-1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-                         num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,
-                         tie_word_embeddings=True, rope_theta=500000.0),
-    "tiny": dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True),
+    "llama-3.2-1b": {
+        "vocab_size": 128256,
+        "hidden_size": 2048,
+        "intermediate_size": 8192,
+        "num_hidden_layers": 16,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "max_position_embeddings": 131072,
+        "tie_word_embeddings": True,
+        "rope_theta": 500000.0,
+    },
+    "tiny": {
+        "vocab_size": 512,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 256,
+        "tie_word_embeddings": True,
+    },
 }
 N_NEW = 8
 
@@ -62,8 +78,17 @@ def train_seconds_per_step(model, method: str, expansion: Expansion, examples, a
     spec = methods().get(method)
     adapter = spec.setup(model, expansion, spec.config())
     vocab_limit = expansion.old_vocab if spec.train_vocab == "old" else None
-    run = lambda steps: train(model, adapter.param_groups, examples, steps=steps, batch_size=args.batch, lr=1e-5,
-                              seed=0, pad_id=0, vocab_limit=vocab_limit)
+    run = lambda steps: train(
+        model,
+        adapter.param_groups,
+        examples,
+        steps=steps,
+        batch_size=args.batch,
+        lr=1e-5,
+        seed=0,
+        pad_id=0,
+        vocab_limit=vocab_limit,
+    )
     run(1)  # warm-up: kernels, allocator, optimizer state
     result = run(args.steps)  # train() reads the loss every step, so its clock sees finished work
     adapter.finalize()
@@ -77,7 +102,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the GPU (H100/H200 SXM: 989)")
+    parser.add_argument(
+        "--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the GPU (H100/H200 SXM: 989)"
+    )
     args = parser.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -92,10 +119,14 @@ def main() -> None:
     expansion = Expansion(vocab - N_NEW, list(range(vocab - N_NEW, vocab)), tied=config.tie_word_embeddings)
     generator = torch.Generator().manual_seed(0)
     # every sequence holds new tokens, so ET's rows get gradients; 4 batches' worth of examples
-    examples = [Encoded(torch.randint(1, vocab, (args.seq,), generator=generator).tolist(), 1) for _ in range(4 * args.batch)]
+    examples = [
+        Encoded(torch.randint(1, vocab, (args.seq,), generator=generator).tolist(), 1) for _ in range(4 * args.batch)
+    ]
     tokens = args.batch * args.seq
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
-    print(f"{name}, torch {torch.__version__}, {args.shape} shape, batch {args.batch} × seq {args.seq}, {args.steps} steps")
+    print(
+        f"{name}, torch {torch.__version__}, {args.shape} shape, batch {args.batch} × seq {args.seq}, {args.steps} steps"
+    )
 
     results = {}
     for method in ("et", "fft"):  # ET first: FFT turns the model into float32 masters
@@ -113,8 +144,10 @@ def main() -> None:
     for name, (seconds, count, memory) in results.items():
         per_token = flops_per_token(model, args.seq, train=name != "eval")
         mfu = per_token * count / seconds / (args.peak_tflops * 1e12)
-        print(f"{name:>5}: {seconds * 1e3:9.1f} ms/{'pass' if name == 'eval' else 'step'}  {count / seconds:10.0f} tokens/s  "
-              f"MFU {mfu:6.1%}  peak {memory:6.1f} GiB")
+        print(
+            f"{name:>5}: {seconds * 1e3:9.1f} ms/{'pass' if name == 'eval' else 'step'}  {count / seconds:10.0f} tokens/s  "
+            f"MFU {mfu:6.1%}  peak {memory:6.1f} GiB"
+        )
     print(f"ET/FFT time per step: {results['et'][0] / results['fft'][0]:.2f}")
 
 

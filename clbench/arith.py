@@ -101,9 +101,16 @@ def build(recipe: Recipe, log=print) -> tuple[LlamaForCausalLM, PreTrainedTokeni
             log(f"  base model step {step + 1}/{recipe.steps}  loss {loss:.4f}")
 
     train(
-        model, [{"params": list(model.parameters())}], examples,
-        steps=recipe.steps, batch_size=recipe.batch_size, lr=recipe.lr, seed=recipe.seed,
-        pad_id=tokenizer.pad_token_id, warmup_frac=0.05, on_step=progress,
+        model,
+        [{"params": list(model.parameters())}],
+        examples,
+        steps=recipe.steps,
+        batch_size=recipe.batch_size,
+        lr=recipe.lr,
+        seed=recipe.seed,
+        pad_id=tokenizer.pad_token_id,
+        warmup_frac=0.05,
+        on_step=progress,
     )
     return model, tokenizer
 

@@ -18,7 +18,7 @@ and its BWT is minus that.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 Matrix = Sequence[Sequence[float]]
 
@@ -57,7 +57,7 @@ def forgetting(R: Matrix, higher_is_better: bool) -> list[float]:
     """Per stage j < T−1 (the last stage cannot have been forgotten yet)."""
     T = _stages(R)
     best = max if higher_is_better else min
-    return [_gain(best(R[l][j] for l in range(j + 1, T)), R[T][j], higher_is_better) for j in range(T - 1)]
+    return [_gain(best(R[later][j] for later in range(j + 1, T)), R[T][j], higher_is_better) for j in range(T - 1)]
 
 
 def summarize(R: Matrix, metric: str, higher_is_better: bool, stage_names: list[str]) -> dict[str, float]:

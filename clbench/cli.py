@@ -1,9 +1,9 @@
 """clbench's command line: a thin layer over importable functions.
 
-    clbench run --task all --method et
-    clbench run --task arithmetic --method et,fft --seeds 0,1,2
-    clbench ls tasks | methods ; clbench validate ; clbench results
-    clbench leaderboard --out leaderboard/out
+clbench run --task all --method et
+clbench run --task arithmetic --method et,fft --seeds 0,1,2
+clbench ls tasks | methods ; clbench validate ; clbench results
+clbench leaderboard --out leaderboard/out
 """
 
 from __future__ import annotations
@@ -57,13 +57,23 @@ def positive_int(text: str) -> int:
 def build_parser() -> Parser:
     parser = Parser(prog="clbench", description="Continual-learning benchmark for vocabulary expansion in LMs.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    db = dict(default=os.environ.get("CLBENCH_DB", DEFAULT_DB), help=f"DuckDB results file (default: {DEFAULT_DB} or $CLBENCH_DB)")
-    task_dir = dict(action="append", type=Path, default=[], help="extra folder of task YAML files (repeatable)")
+    db = {
+        "default": os.environ.get("CLBENCH_DB", DEFAULT_DB),
+        "help": f"DuckDB results file (default: {DEFAULT_DB} or $CLBENCH_DB)",
+    }
+    task_dir = {
+        "action": "append",
+        "type": Path,
+        "default": [],
+        "help": "extra folder of task YAML files (repeatable)",
+    }
 
     run = commands.add_parser("run", help="run tasks × methods × seeds; only what is missing from the DB")
     run.add_argument("--task", required=True, help="task names, comma-separated, or 'all'")
     run.add_argument("--method", required=True, help="method names, comma-separated, or 'all'")
-    run.add_argument("--model", help="base model: builtin:NAME, a local path or a Hugging Face id (default: the task's)")
+    run.add_argument(
+        "--model", help="base model: builtin:NAME, a local path or a Hugging Face id (default: the task's)"
+    )
     run.add_argument("--profile", help="a task profile, e.g. 'paper' for the paper's models and budgets")
     run.add_argument("--seeds", default="0", help="comma-separated seeds (default: 0)")
     run.add_argument("--init", help="initialisation of the new rows (default: the task's)")
@@ -71,12 +81,20 @@ def build_parser() -> Parser:
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="method option, e.g. lr=1e-3")
     run.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code to run")
     run.add_argument("--device", default="auto", help="auto (the GPU if torch sees one), cpu, cuda or cuda:N")
-    run.add_argument("--device-map", choices=["auto"], help="auto: place a hub/local model too large for one GPU across "
-                     "all of them (transformers' device_map; never moved, never copied)")
+    run.add_argument(
+        "--device-map",
+        choices=["auto"],
+        help="auto: place a hub/local model too large for one GPU across "
+        "all of them (transformers' device_map; never moved, never copied)",
+    )
     run.add_argument("--db", **db)
     run.add_argument("--task-dir", **task_dir)
-    run.add_argument("--lm-eval", metavar="TASKS", help="also score base and adapted model in-process with these lm-eval tasks, "
-                     "e.g. clbench_old_text,clbench_old_skill (shipped, offline) or any lm-eval task name (online)")
+    run.add_argument(
+        "--lm-eval",
+        metavar="TASKS",
+        help="also score base and adapted model in-process with these lm-eval tasks, "
+        "e.g. clbench_old_text,clbench_old_skill (shipped, offline) or any lm-eval task name (online)",
+    )
 
     ls = commands.add_parser("ls", help="list tasks or methods")
     ls.add_argument("what", choices=["tasks", "methods"])
@@ -89,7 +107,9 @@ def build_parser() -> Parser:
     results.add_argument("--db", **db)
     results.add_argument("--task", help="only this task")
 
-    sweep = commands.add_parser("sweep", help="sample-efficiency curve: run methods × n_train × seeds; only what is missing")
+    sweep = commands.add_parser(
+        "sweep", help="sample-efficiency curve: run methods × n_train × seeds; only what is missing"
+    )
     sweep.add_argument("--task", required=True, help="one task name")
     sweep.add_argument("--method", required=True, help="method names, comma-separated, or 'all'")
     sweep.add_argument("--n", required=True, help="comma-separated numbers of training examples, e.g. 10,50,200")
@@ -99,27 +119,45 @@ def build_parser() -> Parser:
     sweep.add_argument("--init", help="initialisation of the new rows (default: the task's)")
     sweep.add_argument("--db", **db)
     sweep.add_argument("--task-dir", **task_dir)
-    sweep.add_argument("--executor", default="inline", choices=["inline", "local", "slurm"],
-                       help="inline: this process; local/slurm: submitit jobs (see clbench/executors.py)")
+    sweep.add_argument(
+        "--executor",
+        default="inline",
+        choices=["inline", "local", "slurm"],
+        help="inline: this process; local/slurm: submitit jobs (see clbench/executors.py)",
+    )
     sweep.add_argument("--workers", type=positive_int, default=1, help="submitit jobs the grid is split into")
-    sweep.add_argument("--executor-folder", default="clbench-jobs", help="submitit logs and pickles (shared FS on SLURM)")
+    sweep.add_argument(
+        "--executor-folder", default="clbench-jobs", help="submitit logs and pickles (shared FS on SLURM)"
+    )
     sweep.add_argument("--slurm-partition")
     sweep.add_argument("--gpus-per-job", type=int, default=0)
     sweep.add_argument("--timeout-min", type=positive_int, default=240)
     sweep.add_argument("--device", default="auto", help="auto (the GPU if torch sees one), cpu, cuda or cuda:N")
 
-    explain = commands.add_parser("explain", help="nearest old tokens and sparse decomposition of a run's learned new rows")
+    explain = commands.add_parser(
+        "explain", help="nearest old tokens and sparse decomposition of a run's learned new rows"
+    )
     explain.add_argument("run_id", help="a finished run's id (or a unique prefix)")
-    explain.add_argument("-s", type=positive_int, default=4, help="old tokens in the sparse decomposition (default: 4)")
+    explain.add_argument(
+        "-s", type=positive_int, default=4, help="old tokens in the sparse decomposition (default: 4)"
+    )
     explain.add_argument("--db", **db)
 
-    board = commands.add_parser("leaderboard", help="write index.html, leaderboard.md and leaderboard.csv from a results DB")
+    board = commands.add_parser(
+        "leaderboard", help="write index.html, leaderboard.md and leaderboard.csv from a results DB"
+    )
     board.add_argument("--db", **db)
-    board.add_argument("--out", type=Path, default=Path("leaderboard/out"), help="output folder (default: leaderboard/out)")
+    board.add_argument(
+        "--out", type=Path, default=Path("leaderboard/out"), help="output folder (default: leaderboard/out)"
+    )
 
-    lm_eval = commands.add_parser("lm-eval", help="score a finished run's base and adapted model with lm-eval tasks (rebuilds the run)")
+    lm_eval = commands.add_parser(
+        "lm-eval", help="score a finished run's base and adapted model with lm-eval tasks (rebuilds the run)"
+    )
     lm_eval.add_argument("--run", required=True, metavar="RUN_ID", help="a finished run's id (see the runs table)")
-    lm_eval.add_argument("--tasks", required=True, help="lm-eval task names, comma-separated, e.g. clbench_old_text,clbench_old_skill")
+    lm_eval.add_argument(
+        "--tasks", required=True, help="lm-eval task names, comma-separated, e.g. clbench_old_text,clbench_old_skill"
+    )
     lm_eval.add_argument("--batch-size", type=positive_int, default=32)
     lm_eval.add_argument("--db", **db)
     lm_eval.add_argument("--task-dir", **task_dir)
@@ -148,17 +186,29 @@ def cmd_run(args) -> int:
     main = distributed.is_main()
     if distributed.launched() and (args.device_map or args.lm_eval):
         # each process would place a whole model across every GPU; lm-eval scores in one process
-        raise ClbenchError(f"{'--device-map' if args.device_map else '--lm-eval'} runs in one process, not under "
-                           "accelerate launch (for --lm-eval: `clbench lm-eval --run RUN_ID` afterwards)")
+        raise ClbenchError(
+            f"{'--device-map' if args.device_map else '--lm-eval'} runs in one process, not under "
+            "accelerate launch (for --lm-eval: `clbench lm-eval --run RUN_ID` afterwards)"
+        )
     store = Store(args.db)
     session = Session(trust_remote_code=args.trust_remote_code, device=args.device, device_map=args.device_map)
     if main:  # launched as several processes, only the main one touches the store (clbench/distributed.py)
         store.check()
     checker = lm_eval_checker(args.lm_eval) if args.lm_eval else None  # bad task names fail before any training
     runs = [
-        dict(task=tasks.get(task_name), method=registry.get(method_name), seed=seed,
-             model=args.model, profile=args.profile, options=options, init=args.init, n_train=args.n_train)
-        for task_name in task_names for method_name in method_names for seed in seeds
+        {
+            "task": tasks.get(task_name),
+            "method": registry.get(method_name),
+            "seed": seed,
+            "model": args.model,
+            "profile": args.profile,
+            "options": options,
+            "init": args.init,
+            "n_train": args.n_train,
+        }
+        for task_name in task_names
+        for method_name in method_names
+        for seed in seeds
     ]
     for run in runs:
         # every run's input (init, method options, data, ...) is checked before the first one trains
@@ -167,16 +217,27 @@ def cmd_run(args) -> int:
     outcomes = []
     for run in runs:
         captured = {}
-        outcomes.append(run_one(
-            store=store, session=session, **run,
-            on_adapted=(lambda base, data, model, tokenizer: captured.update(base=base, data=data, model=model, tokenizer=tokenizer))
-            if checker else None,
-        ))
+        outcomes.append(
+            run_one(
+                store=store,
+                session=session,
+                **run,
+                on_adapted=(
+                    lambda base, data, model, tokenizer, captured=captured: captured.update(
+                        base=base, data=data, model=model, tokenizer=tokenizer
+                    )
+                )
+                if checker
+                else None,
+            )
+        )
         if checker and outcomes[-1].status in ("finished", "skipped"):  # not failed, nor left to another process
             from clbench.lmeval import check_run, format_rows
 
             # a run already in the DB (skipped) is rebuilt for lm-eval
-            rows = check_run(store, outcomes[-1].run_id, checker, captured or None, session, args.task_dir, only_missing=True)
+            rows = check_run(
+                store, outcomes[-1].run_id, checker, captured or None, session, args.task_dir, only_missing=True
+            )
             print(format_rows(outcomes[-1].run_id, rows), file=sys.stderr)
     distributed.close()
     if not main:
@@ -189,14 +250,26 @@ def cmd_run(args) -> int:
 def report_statuses(statuses: list[str], db: str) -> int:
     """One stderr line on what a command did; → the number of failed runs."""
     counts = {s: statuses.count(s) for s in ("finished", "skipped", "failed", "busy")}
-    print(f"{len(statuses)} runs: {counts['finished']} finished, {counts['skipped']} already in {db}, {counts['failed']} failed", file=sys.stderr)
+    print(
+        f"{len(statuses)} runs: {counts['finished']} finished, {counts['skipped']} already in {db}, {counts['failed']} failed",
+        file=sys.stderr,
+    )
     if counts["busy"]:
         print(f"{counts['busy']} run(s) left to other live processes that hold them", file=sys.stderr)
     return counts["failed"]
 
 
-SUMMARY_METRICS = ["target_loss", "target_acc", "target_acc_seen", "target_acc_unseen", "old_skill_acc_delta",
-                   "forgetting_oldvocab", "forgetting_full", "trainable_params", "train_seconds"]
+SUMMARY_METRICS = [
+    "target_loss",
+    "target_acc",
+    "target_acc_seen",
+    "target_acc_unseen",
+    "old_skill_acc_delta",
+    "forgetting_oldvocab",
+    "forgetting_full",
+    "trainable_params",
+    "train_seconds",
+]
 
 
 def summary(store, run_ids: list[str] | None = None, task: str | None = None) -> str:
@@ -260,8 +333,12 @@ def cmd_validate(args) -> int:
         # generating data needs a tokenizer; the character tokenizer is always at hand offline
         data = task.build(task.resolved()[2], char_tokenizer())
         if task.spec.budget.n_train > len(data.train):
-            raise ClbenchError(f"task {name!r}: budget.n_train {task.spec.budget.n_train} exceeds its {len(data.train)} training examples")
-        print(f"ok  {name} v{task.spec.version}: {len(data.new_tokens)} new tokens, {len(data.train)} train, {len(data.target_test)} target, {len(data.old_text)} old-text")
+            raise ClbenchError(
+                f"task {name!r}: budget.n_train {task.spec.budget.n_train} exceeds its {len(data.train)} training examples"
+            )
+        print(
+            f"ok  {name} v{task.spec.version}: {len(data.new_tokens)} new tokens, {len(data.train)} train, {len(data.target_test)} target, {len(data.old_text)} old-text"
+        )
     return 0
 
 
@@ -301,17 +378,52 @@ def cmd_sweep(args) -> int:
     resolve_device(args.device)
     store = Store(args.db)
     if args.executor == "inline":
-        outcomes = [(o.run_id, o.status) for o in sweep(
-            task, chosen, ns, seeds, store=store, session=Session(device=args.device), model=args.model, profile=args.profile, init=args.init)]
+        outcomes = [
+            (o.run_id, o.status)
+            for o in sweep(
+                task,
+                chosen,
+                ns,
+                seeds,
+                store=store,
+                session=Session(device=args.device),
+                model=args.model,
+                profile=args.profile,
+                init=args.init,
+            )
+        ]
     else:
         from clbench.executors import RunRequest, execute
 
-        requests = [RunRequest(task.name, m.name, seed, str(Path(args.db).resolve()), n_train=n, model=args.model,
-                               profile=args.profile, init=args.init, device=args.device, task_dirs=tuple(str(d.resolve()) for d in args.task_dir))
-                    for m in chosen for n in ns for seed in seeds]
-        outcomes = [(run_id, status) for run_id, status, _ in execute(
-            requests, args.executor, workers=args.workers, folder=args.executor_folder, timeout_min=args.timeout_min,
-            slurm_partition=args.slurm_partition, gpus_per_job=args.gpus_per_job)]
+        requests = [
+            RunRequest(
+                task.name,
+                m.name,
+                seed,
+                str(Path(args.db).resolve()),
+                n_train=n,
+                model=args.model,
+                profile=args.profile,
+                init=args.init,
+                device=args.device,
+                task_dirs=tuple(str(d.resolve()) for d in args.task_dir),
+            )
+            for m in chosen
+            for n in ns
+            for seed in seeds
+        ]
+        outcomes = [
+            (run_id, status)
+            for run_id, status, _ in execute(
+                requests,
+                args.executor,
+                workers=args.workers,
+                folder=args.executor_folder,
+                timeout_min=args.timeout_min,
+                slurm_partition=args.slurm_partition,
+                gpus_per_job=args.gpus_per_job,
+            )
+        ]
     failed = report_statuses([status for _, status in outcomes], args.db)
     import pandas as pd
 
@@ -339,8 +451,17 @@ def cmd_explain(args) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "ls": cmd_ls, "validate": cmd_validate, "results": cmd_results, "build-base": cmd_build_base,
-            "sweep": cmd_sweep, "explain": cmd_explain, "leaderboard": cmd_leaderboard, "lm-eval": cmd_lm_eval}
+COMMANDS = {
+    "run": cmd_run,
+    "ls": cmd_ls,
+    "validate": cmd_validate,
+    "results": cmd_results,
+    "build-base": cmd_build_base,
+    "sweep": cmd_sweep,
+    "explain": cmd_explain,
+    "leaderboard": cmd_leaderboard,
+    "lm-eval": cmd_lm_eval,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -46,7 +46,9 @@ class TextParams(BaseModel):
     old_text_chars: PositiveInt = 300
     n_replay: int = 200
     test_fraction: float = Field(0.2, gt=0, lt=1)
-    corpus_documents: int | None = Field(None, description="read only the first n documents of each corpus (hub corpora)")
+    corpus_documents: int | None = Field(
+        None, description="read only the first n documents of each corpus (hub corpora)"
+    )
     data_seed: int = 0
 
 
@@ -58,7 +60,9 @@ def documents(source: str, limit: int | None = None) -> list[str]:
     elif kind in PACKAGES:
         docs = _packaged(kind, rest)
     else:
-        raise ClbenchError(f"unknown corpus source {source!r}; known kinds: hf:, {', '.join(k + ':' for k in PACKAGES)}")
+        raise ClbenchError(
+            f"unknown corpus source {source!r}; known kinds: hf:, {', '.join(k + ':' for k in PACKAGES)}"
+        )
     if not docs:
         raise ClbenchError(f"corpus {source!r} holds no documents")
     return docs[:limit] if limit else docs
@@ -66,6 +70,7 @@ def documents(source: str, limit: int | None = None) -> list[str]:
 
 def split(docs: list[str], test_fraction: float, salt: str = "") -> tuple[list[str], list[str]]:
     """(train, test) by a hash of each document: stable when the corpus grows or is reordered."""
+
     def is_test(doc: str) -> bool:
         digest = hashlib.sha256((salt + doc).encode()).digest()
         return int.from_bytes(digest[:8], "big") / 2**64 < test_fraction
@@ -100,7 +105,9 @@ def package_folder(kind: str) -> Path:
     module, install = PACKAGES[kind]
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise ClbenchError(f"corpus {kind}: needs the package {module.replace('_', '-')}, which is not installed: {install}")
+        raise ClbenchError(
+            f"corpus {kind}: needs the package {module.replace('_', '-')}, which is not installed: {install}"
+        )
     return Path(spec.submodule_search_locations[0])
 
 
@@ -157,7 +164,9 @@ def _hub(source: str, spec: str, limit: int | None) -> list[str]:
                 break
     except (OSError, ValueError, KeyError, ConnectionError) as error:
         reason = str(error).strip().splitlines()[0][:160] if str(error).strip() else type(error).__name__
-        raise ClbenchError(f"cannot read corpus {source!r} ({'local files' if local else 'Hugging Face hub, ' + hub.ENDPOINT}): {reason}; {OFFLINE_HINT}") from None
+        raise ClbenchError(
+            f"cannot read corpus {source!r} ({'local files' if local else 'Hugging Face hub, ' + hub.ENDPOINT}): {reason}; {OFFLINE_HINT}"
+        ) from None
     return docs
 
 

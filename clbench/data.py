@@ -71,7 +71,9 @@ def encode(tokenizer, prompt: str, completion: str, max_length: int) -> Encoded:
     if not head:
         raise ClbenchError("tokenizer has no bos token and the prompt is empty: nothing to condition on")
     if len(ids) > max_length:
-        raise ClbenchError(f"a sequence of {len(ids)} tokens exceeds the model context of {max_length}: {prompt + completion!r:.60}")
+        raise ClbenchError(
+            f"a sequence of {len(ids)} tokens exceeds the model context of {max_length}: {prompt + completion!r:.60}"
+        )
     return Encoded(ids, len(head))
 
 

@@ -40,8 +40,10 @@ def _state():
     # joins the process group; accelerate's Accelerator reads ACCELERATE_USE_CPU itself, PartialState does not
     state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
     if state.num_processes < 2:
-        raise ClbenchError("launched as several processes (WORLD_SIZE > 1) but accelerate joined them in no process group; "
-                           "on a machine without GPUs set ACCELERATE_USE_CPU=1")
+        raise ClbenchError(
+            "launched as several processes (WORLD_SIZE > 1) but accelerate joined them in no process group; "
+            "on a machine without GPUs set ACCELERATE_USE_CPU=1"
+        )
     return state
 
 
@@ -98,8 +100,10 @@ class DataParallel:
         outside = [p for group in param_groups for p in group["params"] if id(p) not in model_params]
         if self.fsdp:
             if outside or penalty:  # plan() says so per method before anything is written; this is the backstop
-                raise ClbenchError("FSDP replaces the model's weights with shards; this method trains parameters outside "
-                                   "the model or holds references to the weights for a penalty: launch it without --use_fsdp (DDP)")
+                raise ClbenchError(
+                    "FSDP replaces the model's weights with shards; this method trains parameters outside "
+                    "the model or holds references to the weights for a penalty: launch it without --use_fsdp (DDP)"
+                )
             self.wrapped = _fully_shard(model, param_groups, self.state.device)
         else:
             from accelerate import Accelerator
@@ -107,8 +111,10 @@ class DataParallel:
 
             accelerator = Accelerator()
             if accelerator.distributed_type not in (DistributedType.MULTI_GPU, DistributedType.MULTI_CPU):
-                raise ClbenchError(f"accelerate config selects {accelerator.distributed_type.value}; clbench trains "
-                                   "with DDP or, with --use_fsdp, torch FSDP2: use a plain multi-GPU config")
+                raise ClbenchError(
+                    f"accelerate config selects {accelerator.distributed_type.value}; clbench trains "
+                    "with DDP or, with --use_fsdp, torch FSDP2: use a plain multi-GPU config"
+                )
             # a method's own parameters (ET's new rows, a soft prompt) ride along in one module, so DDP
             # averages their gradients too
             self.wrapped = accelerator.prepare(_WithParameters(model, outside))
@@ -171,7 +177,11 @@ def _fully_shard(model, param_groups: list[dict], device: torch.device):
     else:
         mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
         # on GPUs, gather weights in bf16 (the forward autocasts to bf16 anyway), reduce gradients in fp32
-        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if device.type == "cuda" else MixedPrecisionPolicy()
+        policy = (
+            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            if device.type == "cuda"
+            else MixedPrecisionPolicy()
+        )
         blocks = set(getattr(model, "_no_split_modules", None) or ())
         for module in model.modules():
             if type(module).__name__ in blocks:

@@ -18,7 +18,6 @@ from clbench.data import Encoded, Padded
 from clbench.models import input_device
 from clbench.train import autocast
 
-
 POSITIONS_PER_CHUNK = 1024
 
 
@@ -72,7 +71,9 @@ def score(model, encoded: list[Encoded], *, old_vocab: int, pad_id: int, batch_s
         members = order[start : start + batch_size]
         ids, _, target_mask = (t.to(device) for t in padded.batch(members))
         with autocast(device):
-            hidden = model.get_decoder()(input_ids=ids).last_hidden_state  # right padding: no mask needed (data.Padded)
+            hidden = model.get_decoder()(
+                input_ids=ids
+            ).last_hidden_state  # right padding: no mask needed (data.Padded)
         # the [positions, |V|] logits are made where the head lives; only per-position results leave it
         h = hidden[:, :-1][target_mask.to(hidden.device)].to(head_device)
         targets = ids[:, 1:][target_mask].to(head_device)
@@ -101,7 +102,10 @@ def score(model, encoded: list[Encoded], *, old_vocab: int, pad_id: int, batch_s
     model.train(was_training)
     example_of = torch.cat(example_of).cpu()
     return Scores(
-        nll_old, n_old, nll_full, n_full,
+        nll_old,
+        n_old,
+        nll_full,
+        n_full,
         metrics.exact_match(torch.cat(correct_old).cpu(), example_of, len(encoded)),
         metrics.exact_match(torch.cat(correct_full).cpu(), example_of, len(encoded)),
     )

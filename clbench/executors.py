@@ -52,8 +52,15 @@ def run_chunk(requests: list[RunRequest]) -> list[tuple[str, str, str | None]]:
         if r.task_dirs not in tasks:
             tasks[r.task_dirs] = load_tasks([Path(d) for d in r.task_dirs])
         outcome = run_one(
-            tasks[r.task_dirs].get(r.task), registry.get(r.method), seed=r.seed, store=Store(r.db), session=session,
-            model=r.model, profile=r.profile, init=r.init, n_train=r.n_train,
+            tasks[r.task_dirs].get(r.task),
+            registry.get(r.method),
+            seed=r.seed,
+            store=Store(r.db),
+            session=session,
+            model=r.model,
+            profile=r.profile,
+            init=r.init,
+            n_train=r.n_train,
         )
         out.append((outcome.run_id, outcome.status, outcome.reason))
     return out
@@ -66,8 +73,16 @@ def job_failure(text: str) -> str:
     return errors[-1] if errors else lines[-1]
 
 
-def execute(requests: list[RunRequest], executor: str, *, workers: int = 1, folder: str | Path = "clbench-jobs",
-            timeout_min: int = 240, slurm_partition: str | None = None, gpus_per_job: int = 0) -> list[tuple[str, str, str | None]]:
+def execute(
+    requests: list[RunRequest],
+    executor: str,
+    *,
+    workers: int = 1,
+    folder: str | Path = "clbench-jobs",
+    timeout_min: int = 240,
+    slurm_partition: str | None = None,
+    gpus_per_job: int = 0,
+) -> list[tuple[str, str, str | None]]:
     if executor not in EXECUTORS:
         raise ClbenchError(f"unknown executor {executor!r}; known: {', '.join(EXECUTORS)}")
     import submitit
@@ -87,5 +102,7 @@ def execute(requests: list[RunRequest], executor: str, *, workers: int = 1, fold
         try:
             results += job.result()
         except submitit.core.utils.UncompletedJobError as error:  # FailedJobError is a subclass
-            raise ClbenchError(f"sweep job {job.job_id} did not complete (logs in {folder}): {job_failure(str(error))}") from None
+            raise ClbenchError(
+                f"sweep job {job.job_id} did not complete (logs in {folder}): {job_failure(str(error))}"
+            ) from None
     return results

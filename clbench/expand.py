@@ -28,7 +28,7 @@ class Expansion:
     def new_vocab(self) -> int:
         return self.old_vocab + len(self.new_ids)
 
-    def part(self, start: int, count: int) -> "Expansion":
+    def part(self, start: int, count: int) -> Expansion:
         """The tokens new_ids[start : start + count] as an expansion of their own: a sequential
         task's stage, for which every token added before it counts as old."""
         return Expansion(self.new_ids[start], self.new_ids[start : start + count], self.tied)
@@ -49,7 +49,9 @@ def check_new_tokens(tokenizer, new_tokens: list[str]) -> None:
             ids = tokenizer.encode(text, add_special_tokens=False)
             if len(ids) == 1 and ids[0] != tokenizer.unk_token_id:
                 word = tokenizer.convert_ids_to_tokens(ids[0])
-                raise ClbenchError(f"new token {token!r} collides with the base vocabulary's word {word!r} ({text!r} is one known token)")
+                raise ClbenchError(
+                    f"new token {token!r} collides with the base vocabulary's word {word!r} ({text!r} is one known token)"
+                )
 
 
 def check_expansion(tokenizer, new_tokens: list[str], init: str) -> None:
@@ -98,7 +100,9 @@ def expand(model, tokenizer, new_tokens: list[str], *, init: str, seed: int, who
         matrices.append(model.get_output_embeddings().weight)
     with torch.no_grad():
         for weight in matrices:
-            weight[old_vocab : old_vocab + len(new_ids)] = initial_rows(weight[:old_vocab], pieces, init, generator).to(weight.dtype)
+            weight[old_vocab : old_vocab + len(new_ids)] = initial_rows(
+                weight[:old_vocab], pieces, init, generator
+            ).to(weight.dtype)
     return Expansion(old_vocab, list(new_ids), tied)
 
 

@@ -46,27 +46,35 @@ def load_new_rows(path: Path) -> tuple[list[str], dict[str, torch.Tensor]]:
     return tokens, load_file(path)
 
 
-def describe_rows(rows: torch.Tensor, tokens: list[str], dictionary: torch.Tensor, names: list[str], *, s: int, k: int = 5) -> list[str]:
+def describe_rows(
+    rows: torch.Tensor, tokens: list[str], dictionary: torch.Tensor, names: list[str], *, s: int, k: int = 5
+) -> list[str]:
     """One block per new token: its k nearest dictionary rows and its s-sparse OMP decomposition."""
     lines = []
     for token, row in zip(tokens, rows):
         close = ", ".join(f"{names[i]!r} {cosine:.3f}" for i, cosine in nearest(dictionary, row, k))
         fit = omp(dictionary, row, s)
-        terms = " ".join(f"{'−' if w < 0 else '+'} {abs(w):.3g}·{names[i]!r}" for i, w in zip(fit.indices, fit.weights))
+        terms = " ".join(
+            f"{'−' if w < 0 else '+'} {abs(w):.3g}·{names[i]!r}" for i, w in zip(fit.indices, fit.weights)
+        )
         lines.append(f"{token}  nearest (cosine): {close}")
         lines.append(f"{' ' * len(token)}  ≈ {terms.removeprefix('+ ')}   (residual {fit.residual:.3f})")
     return lines
 
 
 def explain(store, run_id: str, *, s: int, session) -> str:
-    matches = store.query("SELECT run_id, config FROM runs WHERE run_id LIKE ? AND status = 'finished'", [run_id + "%"])
+    matches = store.query(
+        "SELECT run_id, config FROM runs WHERE run_id LIKE ? AND status = 'finished'", [run_id + "%"]
+    )
     if len(matches) != 1:
         what = "no finished run" if matches.empty else f"{len(matches)} finished runs"
         raise ClbenchError(f"{what} with id {run_id!r} in {store.path}")
     run_id, config = matches.run_id[0], json.loads(matches.config[0])
     path = rows_file(run_id)
     if not path.exists():
-        raise ClbenchError(f"run {run_id} has no stored rows at {path} (run in another cache dir or before rows were kept)")
+        raise ClbenchError(
+            f"run {run_id} has no stored rows at {path} (run in another cache dir or before rows were kept)"
+        )
     tokens, rows = load_new_rows(path)
     base = session.base(config["model"])
     if base.fingerprint != config["model_fingerprint"]:
@@ -77,5 +85,7 @@ def explain(store, run_id: str, *, s: int, session) -> str:
     out += describe_rows(rows["input"], tokens, base.model.get_input_embeddings().weight[: len(names)], names, s=s)
     if config["train_vocab"] == "full" and not torch.equal(rows["input"], rows["output"]):
         out += ["output rows over the old output rows:"]
-        out += describe_rows(rows["output"], tokens, base.model.get_output_embeddings().weight[: len(names)], names, s=s)
+        out += describe_rows(
+            rows["output"], tokens, base.model.get_output_embeddings().weight[: len(names)], names, s=s
+        )
     return "\n".join(out)

@@ -22,7 +22,9 @@ def reachable() -> bool:
         return False
     url = urlparse(ENDPOINT)
     try:
-        with socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=PROBE_SECONDS):
+        with socket.create_connection(
+            (url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=PROBE_SECONDS
+        ):
             return True
     except OSError:
         return False

@@ -29,8 +29,17 @@ KEY = ["task", "method", "model", "settings", "n_train"]
 QUALITY = ("target_acc", "target_loss")  # what the plots put against forgetting, the first that ranks the runs
 FORGETTING = ("forgetting_oldvocab", "forgetting_full")
 # headline metrics first, in this order; the rest follow alphabetically
-ORDER = ["target_acc", "target_acc_seen", "target_acc_unseen", "target_loss", "old_skill_acc_delta",
-         "forgetting_oldvocab", "forgetting_full", "trainable_params", "train_seconds"]
+ORDER = [
+    "target_acc",
+    "target_acc_seen",
+    "target_acc_unseen",
+    "target_loss",
+    "old_skill_acc_delta",
+    "forgetting_oldvocab",
+    "forgetting_full",
+    "trainable_params",
+    "train_seconds",
+]
 SVG_STYLE = {"svg.fonttype": "none", "text.parse_math": False, "figure.dpi": 72, "font.size": 9}
 
 
@@ -52,9 +61,12 @@ def arrow(metric: str) -> str:
 
 # ---------------------------------------------------------------- data
 
+
 def load(store: Store) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """→ (values: one row per finished run × metric, with provenance; runs kept out with reasons; all runs)."""
-    runs = store.query("SELECT run_id, task, method, model, seed, status, reason, config, versions, git_commit, finished_at FROM runs")
+    runs = store.query(
+        "SELECT run_id, task, method, model, seed, status, reason, config, versions, git_commit, finished_at FROM runs"
+    )
     values = store.query("SELECT run_id, metric, value FROM results WHERE status = 'finished' AND metric IS NOT NULL")
     configs = runs.config.map(json.loads)
     runs["n_train"] = configs.map(lambda c: c.get("budget", {}).get("n_train"))
@@ -63,8 +75,11 @@ def load(store: Store) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     with_metrics = set(values.run_id)
     kept_out = runs[(runs.status != "finished") | ~runs.run_id.isin(with_metrics)].copy()
     kept_out["reason"] = [
-        r.reason if isinstance(r.reason, str) and r.reason
-        else f"status {r.status}" if r.status != "finished" else "partial: finished without metrics"
+        r.reason
+        if isinstance(r.reason, str) and r.reason
+        else f"status {r.status}"
+        if r.status != "finished"
+        else "partial: finished without metrics"
         for r in kept_out.itertuples()
     ]
     finished = runs[(runs.status == "finished") & runs.run_id.isin(with_metrics)]
@@ -158,13 +173,14 @@ def wide(table: pd.DataFrame, task: str) -> tuple[pd.DataFrame, pd.DataFrame, li
 
 # ---------------------------------------------------------------- plots
 
+
 def svg(fig: Figure, salt: str) -> str:
     """The figure as inline SVG; `salt` keeps element ids unique across the figures of one page."""
     buffer = io.StringIO()
     with rc_context({"svg.hashsalt": salt}):
         fig.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight")
     text = buffer.getvalue()
-    return text[text.index("<svg"):]
+    return text[text.index("<svg") :]
 
 
 def point_labels(rows: pd.DataFrame) -> list[str]:
@@ -173,7 +189,11 @@ def point_labels(rows: pd.DataFrame) -> list[str]:
     shared = {m: set.intersection(*(set(i) for i in items[rows.method == m])) for m in rows.method.unique()}
     labels = []
     for r, own in zip(rows.itertuples(), items):
-        parts = [r.method, *([r.model] if rows.model.nunique() > 1 else []), *(i for i in own if i not in shared[r.method])]
+        parts = [
+            r.method,
+            *([r.model] if rows.model.nunique() > 1 else []),
+            *(i for i in own if i not in shared[r.method]),
+        ]
         labels.append(" · ".join(parts + ([f"n={r.n_train}"] if rows.n_train.nunique() > 1 else [])))
     return labels
 
@@ -214,8 +234,14 @@ def sample_efficiency_plot(part: pd.DataFrame, quality: str | None, salt: str) -
             rows = part[part.metric == metric]
             for (method, model, setting), line in rows.groupby(["method", "model", "settings"], dropna=False):
                 line = line.sort_values("n_train")
-                ax.errorbar(line.n_train, line["mean"], yerr=line["std"].fillna(0), marker="o", capsize=3,
-                            label=f"{method} · {model} · {setting}")
+                ax.errorbar(
+                    line.n_train,
+                    line["mean"],
+                    yerr=line["std"].fillna(0),
+                    marker="o",
+                    capsize=3,
+                    label=f"{method} · {model} · {setting}",
+                )
             # log scale with the swept values as ticks (the default log labels are mathtext, off here)
             sizes = sorted(rows.n_train.dropna().unique())
             ax.set_xscale("log")
@@ -243,14 +269,22 @@ def lm_eval_table(store: Store, values: pd.DataFrame, task: str) -> pd.DataFrame
     """A task's lm-eval checks of finished runs: base, adapted and delta (mean ± std) per row and lm-eval metric."""
     if not has_table(store, "lm_eval"):
         return None
-    checks = store.query("SELECT run_id, task AS lm_eval_task, metric AS lm_eval_metric, base, adapted, delta FROM lm_eval")
+    checks = store.query(
+        "SELECT run_id, task AS lm_eval_task, metric AS lm_eval_metric, base, adapted, delta FROM lm_eval"
+    )
     runs = values.drop_duplicates("run_id")[["run_id", *KEY]]
     part = checks.merge(runs[runs.task == task], on="run_id")
     if part.empty:
         return None
     grouped = part.groupby([*KEY[1:], "lm_eval_task", "lm_eval_metric"], dropna=False)
-    stats = grouped.agg(base=("base", "mean"), adapted=("adapted", "mean"), adapted_std=("adapted", "std"),
-                        delta=("delta", "mean"), delta_std=("delta", "std"), runs=("run_id", "nunique")).reset_index()
+    stats = grouped.agg(
+        base=("base", "mean"),
+        adapted=("adapted", "mean"),
+        adapted_std=("adapted", "std"),
+        delta=("delta", "mean"),
+        delta_std=("delta", "std"),
+        runs=("run_id", "nunique"),
+    ).reset_index()
     plus = lambda mean, std: fmt(mean) + (f" ± {fmt(std)}" if pd.notna(std) else "")
     stats["base"] = stats.base.map(fmt)
     stats["adapted"] = [plus(m, s) for m, s in zip(stats.adapted, stats.adapted_std)]
@@ -263,7 +297,9 @@ def heatmap(cells: pd.DataFrame, title: str, metric: str, salt: str) -> str:
     with rc_context(SVG_STYLE):
         fig = Figure(figsize=(1.2 + 0.9 * grid.shape[1], 1.0 + 0.6 * grid.shape[0]))
         ax = fig.subplots()
-        image = ax.imshow(grid.to_numpy(float), cmap="viridis_r" if direction(metric) is False else "viridis", aspect="auto")
+        image = ax.imshow(
+            grid.to_numpy(float), cmap="viridis_r" if direction(metric) is False else "viridis", aspect="auto"
+        )
         ax.set_xticks(range(grid.shape[1]), [str(c) for c in grid.columns], rotation=30, ha="right")
         ax.set_yticks(range(grid.shape[0]), [str(i) for i in grid.index])
         for (i, j), v in np.ndenumerate(grid.to_numpy(float)):
@@ -276,6 +312,7 @@ def heatmap(cells: pd.DataFrame, title: str, metric: str, salt: str) -> str:
 
 
 # ---------------------------------------------------------------- output
+
 
 def html_table(cells: pd.DataFrame, best: pd.DataFrame, metrics: list[str], links: list[str] | None = None) -> str:
     """A sortable table; every cell escaped here, best cells wrapped after escaping."""
@@ -323,32 +360,55 @@ def build(db: str | Path, out: str | Path) -> Path:
             if metric in metrics:
                 means = table[(table.task == task) & (table.metric == metric)].set_index(KEY)["mean"]
                 points[metric] = [means.get(tuple(r), np.nan) for r in cells[KEY].itertuples(index=False)]
-        plots = [tradeoff_plot(points, quality, f"{t}-tradeoff"),
-                 sample_efficiency_plot(table[table.task == task], quality, f"{t}-sweep")]
+        plots = [
+            tradeoff_plot(points, quality, f"{t}-tradeoff"),
+            sample_efficiency_plot(table[table.task == task], quality, f"{t}-sweep"),
+        ]
         if matrix is not None:
             plots += heatmaps(matrix, runs[runs.task == task], t)
         figures = "".join(f'<figure class="plot">{p}</figure>' for p in plots if p)
         cells = cells.drop(columns="task")  # the section heading names it
         checks, no_best = lm_eval_table(store, values, task), pd.DataFrame()
-        checks_html = "" if checks is None else f"<h3>lm-eval checks (in-process, full softmax)</h3>{html_table(checks, no_best, [])}"
-        checks_md = "" if checks is None else f"\n### lm-eval checks (in-process, full softmax)\n\n{markdown_table(checks, no_best, [])}\n"
-        sections.append(f'<section><h2>{esc(task)}</h2>{html_table(cells, best, metrics, anchors)}{figures}{checks_html}</section>')
+        checks_html = (
+            ""
+            if checks is None
+            else f"<h3>lm-eval checks (in-process, full softmax)</h3>{html_table(checks, no_best, [])}"
+        )
+        checks_md = (
+            ""
+            if checks is None
+            else f"\n### lm-eval checks (in-process, full softmax)\n\n{markdown_table(checks, no_best, [])}\n"
+        )
+        sections.append(
+            f"<section><h2>{esc(task)}</h2>{html_table(cells, best, metrics, anchors)}{figures}{checks_html}</section>"
+        )
         md_sections.append(f"## {md(task)}\n\n{markdown_table(cells, best, metrics)}\n{checks_md}")
 
     out.mkdir(parents=True, exist_ok=True)
     legend = metric_legend(sorted(set(table.metric)))
     page = page_template().substitute(
-        generated=esc(now().isoformat(timespec="seconds")), db=esc(db), legend=legend,
+        generated=esc(now().isoformat(timespec="seconds")),
+        db=esc(db),
+        legend=legend,
         sections="".join(sections) or "<p>No finished runs.</p>",
-        provenance=provenance_table(provenance, dict((r, a) for a, r in index_rows)),
+        provenance=provenance_table(provenance, {r: a for a, r in index_rows}),
         kept_out=kept_out_table(kept_out),
     )
     (out / "index.html").write_text(page, encoding="utf-8")
-    md_kept = "" if kept_out.empty else "\n## Failed or partial runs (not in the tables)\n\n" + kept_out[
-        ["run_id", "task", "method", "model", "seed", "status", "reason"]].map(md).to_markdown(index=False) + "\n"
-    directions = ("Higher is better: ↑, lower is better: ↓ (clbench.metrics.METRICS). Cells: mean ± sample std over runs; "
-                  "**best** per column. Headline metrics; every metric is in index.html and leaderboard.csv.\n\n")
-    (out / "leaderboard.md").write_text("# clbench leaderboard\n\n" + directions + "\n".join(md_sections) + md_kept, encoding="utf-8")
+    md_kept = (
+        ""
+        if kept_out.empty
+        else "\n## Failed or partial runs (not in the tables)\n\n"
+        + kept_out[["run_id", "task", "method", "model", "seed", "status", "reason"]].map(md).to_markdown(index=False)
+        + "\n"
+    )
+    directions = (
+        "Higher is better: ↑, lower is better: ↓ (clbench.metrics.METRICS). Cells: mean ± sample std over runs; "
+        "**best** per column. Headline metrics; every metric is in index.html and leaderboard.csv.\n\n"
+    )
+    (out / "leaderboard.md").write_text(
+        "# clbench leaderboard\n\n" + directions + "\n".join(md_sections) + md_kept, encoding="utf-8"
+    )
     table.sort_values(KEY + ["metric"]).to_csv(out / "leaderboard.csv", index=False)
     return out
 
@@ -357,16 +417,20 @@ def heatmaps(matrix: pd.DataFrame, task_runs: pd.DataFrame, t: int) -> list[str]
     joined = matrix.merge(task_runs[["run_id", "method", "model", "settings"]], on="run_id")
     return [
         heatmap(cells, f"{method} · {model}", metric, f"{t}-heat-{i}")
-        for i, ((method, model, setting, metric), cells) in enumerate(joined.groupby(["method", "model", "settings", "metric"]))
+        for i, ((method, model, setting, metric), cells) in enumerate(
+            joined.groupby(["method", "model", "settings", "metric"])
+        )
     ]
 
 
 def metric_legend(metrics: list[str]) -> str:
-    rows = pd.DataFrame({
-        "metric": [esc(m) for m in metrics],
-        "better": [{True: "higher ↑", False: "lower ↓", None: "undeclared"}[direction(m)] for m in metrics],
-        "definition": [esc(METRICS.get(m, METRICS.get(m.rsplit("_", 1)[0], (None, "")))[1]) for m in metrics],
-    })
+    rows = pd.DataFrame(
+        {
+            "metric": [esc(m) for m in metrics],
+            "better": [{True: "higher ↑", False: "lower ↓", None: "undeclared"}[direction(m)] for m in metrics],
+            "definition": [esc(METRICS.get(m, METRICS.get(m.rsplit("_", 1)[0], (None, "")))[1]) for m in metrics],
+        }
+    )
     return rows.to_html(index=False, escape=False, border=0, classes="legend")
 
 
@@ -377,13 +441,34 @@ def provenance_table(runs: pd.DataFrame, anchor_of: dict[tuple, str]) -> str:
     for r in runs[KEY].itertuples(index=False):
         key = tuple(r)
         # the row's number within its task's table, as the anchor its run count links to
-        first.append(f'<a id="{anchor_of[key]}">{int(anchor_of[key].rsplit("-", 1)[1]) + 1}</a>' if key not in seen else "")
+        first.append(
+            f'<a id="{anchor_of[key]}">{int(anchor_of[key].rsplit("-", 1)[1]) + 1}</a>' if key not in seen else ""
+        )
         seen.add(key)
-    shown = pd.DataFrame({
-        "row": first,
-        **{c: runs[c].map(esc).values for c in ["task", "method", "model", "settings", "n_train", "seed", "run_id", "clbench", "git_commit", "finished_at"]},
-        "config": [f"<details><summary>config</summary><pre>{esc(json.dumps(json.loads(c), indent=1, sort_keys=True))}</pre></details>" for c in runs.config],
-    })
+    shown = pd.DataFrame(
+        {
+            "row": first,
+            **{
+                c: runs[c].map(esc).values
+                for c in [
+                    "task",
+                    "method",
+                    "model",
+                    "settings",
+                    "n_train",
+                    "seed",
+                    "run_id",
+                    "clbench",
+                    "git_commit",
+                    "finished_at",
+                ]
+            },
+            "config": [
+                f"<details><summary>config</summary><pre>{esc(json.dumps(json.loads(c), indent=1, sort_keys=True))}</pre></details>"
+                for c in runs.config
+            ],
+        }
+    )
     return shown.to_html(index=False, escape=False, border=0, classes="sortable provenance")
 
 

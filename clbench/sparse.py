@@ -20,7 +20,11 @@ class Decomposition:
 
     def reconstruction(self, dictionary: torch.Tensor) -> torch.Tensor:
         weights = torch.tensor(self.weights, dtype=torch.float64)
-        return weights @ dictionary.double()[self.indices] if self.indices else torch.zeros(dictionary.shape[1], dtype=torch.float64)
+        return (
+            weights @ dictionary.double()[self.indices]
+            if self.indices
+            else torch.zeros(dictionary.shape[1], dtype=torch.float64)
+        )
 
 
 def omp(dictionary: torch.Tensor, target: torch.Tensor, s: int) -> Decomposition:

@@ -153,7 +153,9 @@ class Store:
             try:
                 tempfile.TemporaryFile(dir=self.path.parent).close()
             except OSError as error:
-                raise ClbenchError(f"cannot create results database in {self.path.parent}: {error.strerror or error}") from None
+                raise ClbenchError(
+                    f"cannot create results database in {self.path.parent}: {error.strerror or error}"
+                ) from None
             return
         with self._connect(read_only=True) as db:
             found = _columns(db)
@@ -164,7 +166,9 @@ class Store:
         for table in ("runs", "metrics"):
             missing = sorted(expected[table] - found.get(table, set()))
             if missing:
-                raise ClbenchError(f"{self.path} is not a clbench results database (table {table} lacks {', '.join(missing)})")
+                raise ClbenchError(
+                    f"{self.path} is not a clbench results database (table {table} lacks {', '.join(missing)})"
+                )
 
     def status(self, run_id: str) -> str | None:
         if not self.path.exists():
@@ -198,11 +202,16 @@ class Store:
                 previous, outcome, beat, holder = last[0], last[1], last[2], Owner(*last[3:])
                 if outcome == "running":
                     # this host's processes can be looked at; another host's only through its heartbeat
-                    alive = holder.alive() if holder.host == me.host else (now() - beat).total_seconds() < STALE_SECONDS
+                    alive = (
+                        holder.alive() if holder.host == me.host else (now() - beat).total_seconds() < STALE_SECONDS
+                    )
                     if holder != me and alive:
                         db.execute("ROLLBACK")
                         return Claim("busy", holder=holder)
-                    db.execute("UPDATE attempts SET outcome = 'interrupted' WHERE run_id = ? AND attempt = ?", [run_id, previous])
+                    db.execute(
+                        "UPDATE attempts SET outcome = 'interrupted' WHERE run_id = ? AND attempt = ?",
+                        [run_id, previous],
+                    )
                 attempt = previous + 1
             db.execute(
                 "INSERT INTO attempts VALUES (?, ?, 'running', ?, ?, ?, ?, ?, NULL)",
@@ -220,7 +229,10 @@ class Store:
             while not stop.wait(HEARTBEAT_SECONDS):
                 try:
                     with self._connect() as db:
-                        db.execute("UPDATE attempts SET beat_at = ? WHERE run_id = ? AND attempt = ?", [now(), run_id, attempt])
+                        db.execute(
+                            "UPDATE attempts SET beat_at = ? WHERE run_id = ? AND attempt = ?",
+                            [now(), run_id, attempt],
+                        )
                 except ClbenchError:
                     pass  # a missed beat only ages the claim; the next one may get the lock
 
@@ -232,7 +244,9 @@ class Store:
             stop.set()
             thread.join()
 
-    def record(self, run: dict, metrics: dict[str, float], attempt: int | None = None, stage_matrix: list[tuple] = ()) -> None:
+    def record(
+        self, run: dict, metrics: dict[str, float], attempt: int | None = None, stage_matrix: list[tuple] = ()
+    ) -> None:
         """Insert or replace one run, its metrics and its stage matrix atomically.
 
         With `attempt` (from claim) the same transaction closes that attempt with the run's status,
@@ -247,7 +261,9 @@ class Store:
                     [run["run_id"], attempt],
                 ).fetchone()
                 if holder is None or Owner(*holder) != Owner.me():
-                    raise ClbenchError(f"run {run['run_id']}: attempt {attempt} is no longer held by this process; its result is discarded")
+                    raise ClbenchError(
+                        f"run {run['run_id']}: attempt {attempt} is no longer held by this process; its result is discarded"
+                    )
                 db.execute(
                     "UPDATE attempts SET outcome = ?, ended_at = ? WHERE run_id = ? AND attempt = ?",
                     [run["status"], now(), run["run_id"], attempt],
@@ -261,10 +277,13 @@ class Store:
             )
             if metrics:
                 db.executemany(
-                    "INSERT INTO metrics VALUES (?, ?, ?)", [(run["run_id"], k, float(v)) for k, v in sorted(metrics.items())]
+                    "INSERT INTO metrics VALUES (?, ?, ?)",
+                    [(run["run_id"], k, float(v)) for k, v in sorted(metrics.items())],
                 )
             if stage_matrix:
-                db.executemany("INSERT INTO stage_matrix VALUES (?, ?, ?, ?, ?)", [(run["run_id"], *row) for row in stage_matrix])
+                db.executemany(
+                    "INSERT INTO stage_matrix VALUES (?, ?, ?, ?, ?)", [(run["run_id"], *row) for row in stage_matrix]
+                )
             fault_point("record")  # crash tests: SIGKILL here, mid-transaction
             db.execute("COMMIT")
 
@@ -289,7 +308,9 @@ class Store:
 
 
 def _columns(db) -> dict[str, set[str]]:
-    rows = db.execute("SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'main'").fetchall()
+    rows = db.execute(
+        "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'main'"
+    ).fetchall()
     found: dict[str, set[str]] = {}
     for table, column in rows:
         found.setdefault(table, set()).add(column)

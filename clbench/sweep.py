@@ -13,13 +13,22 @@ import pandas as pd
 from clbench.protocol import Outcome, run_one
 
 SPREAD = ["target_loss", "target_acc"]  # also reported as the standard deviation over seeds
-CURVE_METRICS = ["target_loss", "target_acc", "target_acc_seen", "target_acc_unseen", "forgetting_oldvocab", "forgetting_full"]
+CURVE_METRICS = [
+    "target_loss",
+    "target_acc",
+    "target_acc_seen",
+    "target_acc_unseen",
+    "forgetting_oldvocab",
+    "forgetting_full",
+]
 
 
 def sweep(task, methods: list, ns: list[int], seeds: list[int], *, store, session, **run_options) -> list[Outcome]:
     return [
         run_one(task, method, seed=seed, store=store, session=session, n_train=n, **run_options)
-        for method in methods for n in ns for seed in seeds
+        for method in methods
+        for n in ns
+        for seed in seeds
     ]
 
 
@@ -33,8 +42,10 @@ def curve(store, run_ids: list[str]) -> pd.DataFrame:
     if frame.empty:
         return pd.DataFrame()
     table = frame.pivot_table(index=["method", "n_train"], columns="metric", values="value", aggfunc="mean")
-    spread = frame[frame.metric.isin(SPREAD)].pivot_table(index=["method", "n_train"], columns="metric", values="value", aggfunc="std")
+    spread = frame[frame.metric.isin(SPREAD)].pivot_table(
+        index=["method", "n_train"], columns="metric", values="value", aggfunc="std"
+    )
     seeds = frame.groupby(["method", "n_train"]).seed.nunique().rename("seeds")
-    columns = [table[m] if m in table else None for m in CURVE_METRICS]
+    columns = [table.get(m, None) for m in CURVE_METRICS]
     columns += [spread[m].rename(f"{m}_sd") for m in SPREAD if m in spread]
     return pd.concat([seeds, *[c for c in columns if c is not None]], axis=1)

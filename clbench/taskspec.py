@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import importlib.resources
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
@@ -84,7 +85,9 @@ class Task:
                 raise ClbenchError(f"task {self.name!r} has no profile {profile!r} (profiles: {known})")
             chosen = self.spec.profiles[profile]
             model = chosen.model or model
-            budget = _validate(Budget, {**budget.model_dump(), **chosen.budget}, f"task {self.name!r} profile {profile!r} budget")
+            budget = _validate(
+                Budget, {**budget.model_dump(), **chosen.budget}, f"task {self.name!r} profile {profile!r} budget"
+            )
             params.update(chosen.params)
         params_cls, _ = self._hook
         return model, budget, _validate(params_cls, params, f"task {self.name!r} params")

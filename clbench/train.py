@@ -9,8 +9,8 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -77,11 +77,15 @@ def train(
     params = [p for group in param_groups for p in group["params"]]
     low = sorted({str(p.dtype).removeprefix("torch.") for p in params if p.dtype != torch.float32})
     if low:  # a method's bug, caught before it silently trains nothing
-        raise ClbenchError(f"trainable parameters must be float32 masters, got {', '.join(low)}: an AdamW step below "
-                           "2^-8 of a bf16 weight rounds away; keep float32 copies and let autocast compute in bf16")
+        raise ClbenchError(
+            f"trainable parameters must be float32 masters, got {', '.join(low)}: an AdamW step below "
+            "2^-8 of a bf16 weight rounds away; keep float32 copies and let autocast compute in bf16"
+        )
     device = input_device(model)
     if any(p.is_meta for p in params):
-        raise ClbenchError("a trainable parameter is offloaded to cpu/disk by device_map; only weights on a device can train")
+        raise ClbenchError(
+            "a trainable parameter is offloaded to cpu/disk by device_map; only weights on a device can train"
+        )
     # launched as several processes (accelerate launch): DDP or FSDP, each process a shard of every batch;
     # before the optimizer, since FSDP replaces the parameters with sharded ones
     parallel = DataParallel(model, param_groups, penalty=penalty is not None) if launched() else None

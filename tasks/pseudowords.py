@@ -20,8 +20,38 @@ from clbench import corpora
 from clbench.data import Example, TaskData
 
 N_PSEUDOWORDS = 100
-ONSETS = ["b", "bl", "br", "d", "dr", "f", "fl", "fr", "g", "gl", "gr", "k", "kl", "kr", "m", "n", "p", "pl", "pr",
-          "s", "sk", "sl", "sn", "sp", "st", "t", "tr", "v", "z", "zw"]
+ONSETS = [
+    "b",
+    "bl",
+    "br",
+    "d",
+    "dr",
+    "f",
+    "fl",
+    "fr",
+    "g",
+    "gl",
+    "gr",
+    "k",
+    "kl",
+    "kr",
+    "m",
+    "n",
+    "p",
+    "pl",
+    "pr",
+    "s",
+    "sk",
+    "sl",
+    "sn",
+    "sp",
+    "st",
+    "t",
+    "tr",
+    "v",
+    "z",
+    "zw",
+]
 NUCLEI = ["a", "e", "i", "o", "u", "oo", "ee", "ai"]
 CODAS = ["", "b", "d", "g", "k", "m", "n", "p", "rp", "sh", "t", "x", "z", "nk"]
 WORD = re.compile(r"[a-z]+")
@@ -66,7 +96,9 @@ def occurrences(sentences: list[str], dictionary: dict[str, str]) -> dict[str, l
     return found
 
 
-def examples(found: dict[str, list[tuple[str, int]]], dictionary: dict[str, str], params: Params, rng: random.Random) -> list[Example]:
+def examples(
+    found: dict[str, list[tuple[str, int]]], dictionary: dict[str, str], params: Params, rng: random.Random
+) -> list[Example]:
     """Round-robin over pseudo-words and, within one, over its dictionary words: the first n
     examples cover every pseudo-word and meaning about equally."""
     queues = {w: rng.sample(found[w], len(found[w])) for w in sorted(found)}
@@ -95,9 +127,14 @@ def build(params: Params, tokenizer) -> TaskData:
     pseudo = pseudowords(tokenizer, set(counts) | set(words_of(old_docs)), params.data_seed)[: params.n_words]
 
     # dictionaries: frequent content words (the commonest are skipped), s per pseudo-word
-    candidates = [w for w, _ in counts.most_common() if len(w) >= 4][COMMON_WORDS_SKIPPED : COMMON_WORDS_SKIPPED + params.n_words * params.dictionary_size]
+    candidates = [w for w, _ in counts.most_common() if len(w) >= 4][
+        COMMON_WORDS_SKIPPED : COMMON_WORDS_SKIPPED + params.n_words * params.dictionary_size
+    ]
     rng.shuffle(candidates)
-    meaning = {p: sorted(candidates[i * params.dictionary_size : (i + 1) * params.dictionary_size]) for i, p in enumerate(pseudo)}
+    meaning = {
+        p: sorted(candidates[i * params.dictionary_size : (i + 1) * params.dictionary_size])
+        for i, p in enumerate(pseudo)
+    }
     dictionary = {w: p for p, words in meaning.items() for w in words}
 
     train_docs, test_docs = corpora.split(docs, params.test_fraction, salt="pseudowords")

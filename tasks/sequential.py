@@ -50,8 +50,13 @@ def build(params: Params, tokenizer) -> TaskData:
         raise ClbenchError("sequential: stage names must be distinct")
     stages = [stage(spec, params, i) for i, spec in enumerate(params.stages)]
     old = arithmetic.build(
-        arithmetic.Params(template=params.template, n_old_skill=params.n_old_skill, n_old_text=params.n_old_text,
-                          n_replay=params.n_replay, data_seed=params.data_seed),
+        arithmetic.Params(
+            template=params.template,
+            n_old_skill=params.n_old_skill,
+            n_old_text=params.n_old_text,
+            n_replay=params.n_replay,
+            data_seed=params.data_seed,
+        ),
         tokenizer,
     )
     return TaskData(

@@ -29,7 +29,9 @@ def train_bpe(texts: list[str], vocab_size: int) -> Tokenizer:
     bpe = Tokenizer(models.BPE(unk_token="[UNK]"))
     # split on whitespace and punctuation: a piece never spans two words
     bpe.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
-    bpe.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["[UNK]"], show_progress=False))
+    bpe.train_from_iterator(
+        texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["[UNK]"], show_progress=False)
+    )
     return bpe
 
 
@@ -51,14 +53,18 @@ def new_words(texts: list[str], base_tokenizer, k: int, vocab_size: int) -> list
 
 def build(params: Params, tokenizer) -> TaskData:
     rng = random.Random(params.data_seed)
-    train_docs, test_docs = corpora.split(corpora.documents(params.corpus, params.corpus_documents), params.test_fraction, salt="xling")
+    train_docs, test_docs = corpora.split(
+        corpora.documents(params.corpus, params.corpus_documents), params.test_fraction, salt="xling"
+    )
     chunks = lambda docs: [c for d in docs for c in corpora.chunks(d, params.chunk_chars)]
     train_text, test_text = chunks(train_docs), chunks(test_docs)
     rng.shuffle(train_text)
     rng.shuffle(test_text)
     new = new_words(train_text, tokenizer, params.k, params.bpe_vocab_size)
     # English text can hold a new word ("de" in "Charles de Gaulle"): such passages are left out
-    old_eval, old_replay = corpora.split(corpora.documents(params.old_corpus, params.corpus_documents), 0.5, salt="xling-old")
+    old_eval, old_replay = corpora.split(
+        corpora.documents(params.old_corpus, params.corpus_documents), 0.5, salt="xling-old"
+    )
     return TaskData(
         new_tokens=new,
         train=[Example("", t) for t in train_text],

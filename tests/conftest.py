@@ -20,6 +20,9 @@ import clbench.arith
 from clbench.arith import char_tokenizer
 from clbench.taskspec import builtin_task_dir
 
+# tiny_setup's fixtures (tiny_cli) for every test module, without an import each module must not use
+pytest_plugins = ["tiny_setup"]
+
 HIDDEN = 16
 
 
@@ -87,7 +90,9 @@ def tiny_builtin(monkeypatch):
 
     for name, tied in (("tiny", False), ("tiny-tied", True)):
         monkeypatch.setitem(
-            clbench.models.BUILTIN, name, lambda log, tied=tied: (tiny_llama(char_tokenizer(), tied=tied), char_tokenizer())
+            clbench.models.BUILTIN,
+            name,
+            lambda log, tied=tied: (tiny_llama(char_tokenizer(), tied=tied), char_tokenizer()),
         )
     return "builtin:tiny"
 
@@ -125,11 +130,24 @@ def small_task_file(tmp_path) -> Path:
     return write_task(tmp_path / "tasks", raw=small_raw())
 
 
-def run_row(run_id: str, *, status: str = "finished", seed: int = 0, method: str = "et", reason: str | None = None) -> dict:
+def run_row(
+    run_id: str, *, status: str = "finished", seed: int = 0, method: str = "et", reason: str | None = None
+) -> dict:
     """A complete `runs` row for Store.record, as the protocol writes it."""
     return {
-        "run_id": run_id, "task": "arithmetic", "task_version": 1, "method": method, "model": "builtin:tiny",
-        "seed": seed, "status": status, "reason": reason, "config": {"seed": seed, "method": method},
-        "model_fingerprint": "m" * 16, "data_fingerprint": "d" * 16, "versions": {"torch": "x"}, "git_commit": None,
-        "started_at": datetime(2025, 1, 1, 12, 0, 0), "finished_at": datetime(2025, 1, 1, 12, 5, 0),
+        "run_id": run_id,
+        "task": "arithmetic",
+        "task_version": 1,
+        "method": method,
+        "model": "builtin:tiny",
+        "seed": seed,
+        "status": status,
+        "reason": reason,
+        "config": {"seed": seed, "method": method},
+        "model_fingerprint": "m" * 16,
+        "data_fingerprint": "d" * 16,
+        "versions": {"torch": "x"},
+        "git_commit": None,
+        "started_at": datetime(2025, 1, 1, 12, 0, 0),
+        "finished_at": datetime(2025, 1, 1, 12, 5, 0),
     }

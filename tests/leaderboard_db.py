@@ -9,15 +9,47 @@ from clbench.store import Store
 EVIL = "<script>alert(1)</script>"
 
 
-def record(store: Store, run_id: str, task: str, method: str, model: str, seed: int, metrics: dict[str, float],
-           *, n_train: int = 200, status: str = "finished", reason: str | None = None) -> None:
-    config = {"task": task, "budget": {"n_train": n_train, "steps": 10}, "method": method, "model": model,
-              "method_config": {"lr": 0.01}, "init": "random", "profile": None, "seed": seed}
+def record(
+    store: Store,
+    run_id: str,
+    task: str,
+    method: str,
+    model: str,
+    seed: int,
+    metrics: dict[str, float],
+    *,
+    n_train: int = 200,
+    status: str = "finished",
+    reason: str | None = None,
+) -> None:
+    config = {
+        "task": task,
+        "budget": {"n_train": n_train, "steps": 10},
+        "method": method,
+        "model": model,
+        "method_config": {"lr": 0.01},
+        "init": "random",
+        "profile": None,
+        "seed": seed,
+    }
     store.record(
-        {"run_id": run_id, "task": task, "task_version": 1, "method": method, "model": model, "seed": seed,
-         "status": status, "reason": reason, "config": config, "model_fingerprint": "m", "data_fingerprint": "d",
-         "versions": {"clbench": "0.1.0"}, "git_commit": "abc123", "started_at": datetime(2026, 1, 2, 3, 4, 5),
-         "finished_at": datetime(2026, 1, 2, 3, 5, 0)},
+        {
+            "run_id": run_id,
+            "task": task,
+            "task_version": 1,
+            "method": method,
+            "model": model,
+            "seed": seed,
+            "status": status,
+            "reason": reason,
+            "config": config,
+            "model_fingerprint": "m",
+            "data_fingerprint": "d",
+            "versions": {"clbench": "0.1.0"},
+            "git_commit": "abc123",
+            "started_at": datetime(2026, 1, 2, 3, 4, 5),
+            "finished_at": datetime(2026, 1, 2, 3, 5, 0),
+        },
         metrics,
     )
 
@@ -26,7 +58,12 @@ def tiny_db(path) -> Store:
     """Two tasks; `arith` has et (2 seeds) and fft (1 seed) at n_train 200 and 50; the evil task has
     an evil method and model; one failed run and one finished run without metrics."""
     store = Store(path)
-    m = lambda acc, fo, ff: {"target_acc": acc, "forgetting_oldvocab": fo, "forgetting_full": ff, "trainable_params": 128}
+    m = lambda acc, fo, ff: {
+        "target_acc": acc,
+        "forgetting_oldvocab": fo,
+        "forgetting_full": ff,
+        "trainable_params": 128,
+    }
     record(store, "et0", "arith", "et", "tiny", 0, m(0.8, 0.0, 0.02))
     record(store, "et1", "arith", "et", "tiny", 1, m(0.9, 0.0, 0.04))
     record(store, "fft0", "arith", "fft", "tiny", 0, m(0.95, 0.3, 0.3) | {"trainable_params": 5000})

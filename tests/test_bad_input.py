@@ -16,12 +16,12 @@ import duckdb
 import pytest
 import torch
 from safetensors.torch import load_file
+from tiny_setup import TASK, cli_env, run_clbench, save_tiny_model, write_task
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 from transformers.utils import logging as transformers_logging
 
 from clbench.cli import main
-from tiny_setup import TASK, cli_env, run_clbench, save_tiny_model, tiny_cli, write_task  # noqa: F401  (tiny_cli: a fixture)
 
 READ_ONLY_DIR = Path("/sys")  # refuses new files even to root (chmod does not): EACCES, or EROFS in containers
 
@@ -36,7 +36,18 @@ class Case:
 
     def run(self, *extra: str, task_dir: Path | None = None) -> list[str]:
         # argparse keeps the last of a repeated option, so a case overrides --task/--method/--db by repeating it
-        return ["run", "--task", TASK, "--method", "et", "--task-dir", str(task_dir or self.tiny_cli.tasks), "--db", str(self.db), *extra]
+        return [
+            "run",
+            "--task",
+            TASK,
+            "--method",
+            "et",
+            "--task-dir",
+            str(task_dir or self.tiny_cli.tasks),
+            "--db",
+            str(self.db),
+            *extra,
+        ]
 
     def task(self, name: str = TASK, **fields) -> Path:
         """A task folder holding tiny-arith with some fields changed; → the folder."""
@@ -44,12 +55,12 @@ class Case:
         write_task(folder, self.tiny_cli.model, name=name, **fields)
         return folder
 
-    def generator_task(self, source: str, *, files: dict[str, bytes] = {}) -> Path:
+    def generator_task(self, source: str, *, files: dict[str, bytes] | None = None) -> Path:
         """A task folder whose generator is `source` (defines Params and build); → the folder."""
         folder = self.root / "tasks-custom"
         folder.mkdir()
         (folder / "custom.py").write_text(source)
-        for name, content in files.items():
+        for name, content in (files or {}).items():
             (folder / name).write_bytes(content)
         write_task(folder, self.tiny_cli.model, name="custom", generator="custom.py:build")
         return folder
@@ -60,7 +71,7 @@ class Case:
         return path
 
 
-GENERATOR = '''
+GENERATOR = """
 from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 from clbench.data import Example, TaskData
@@ -71,7 +82,7 @@ class Params(BaseModel):
 def build(params, tokenizer):
     examples = [Example(f"{a}<x>2=", str(2 * a)) for a in range(20)]
     return TaskData(new_tokens=NEW_TOKENS, train=examples, target_test=examples, old_text=OLD_TEXT)
-'''
+"""
 
 
 def bpe_model(case: Case) -> Path:
@@ -79,8 +90,11 @@ def bpe_model(case: Case) -> Path:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<pad>", "<bos>", "<eos>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<pad>", "<bos>", "<eos>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tokenizer.train_from_iterator(["three times four is twelve", "2 times 3 = 6"] * 50, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>")
     return save_tiny_model(case.root / "bpe-model", tokenizer=fast)
@@ -106,58 +120,191 @@ def foreign_db(case: Case) -> Path:
 
 # (id, argv from a Case, what the one error line must contain)
 CASES = [
-    ("unknown-task", lambda c: c.run("--task", "tiny-arihtmetic"), "unknown task 'tiny-arihtmetic' (did you mean 'tiny-arith'?)"),
+    (
+        "unknown-task",
+        lambda c: c.run("--task", "tiny-arihtmetic"),
+        "unknown task 'tiny-arihtmetic' (did you mean 'tiny-arith'?)",
+    ),
     ("unknown-method", lambda c: c.run("--method", "ett"), "unknown method 'ett' (did you mean 'et'?)"),
-    ("malformed-yaml", lambda c: c.run(task_dir=_mkdir(c.root / "yaml", {"broken.yaml": b"name: [unclosed\n"})), "broken.yaml is not valid YAML (line 2)"),
-    ("unknown-key-in-task-file", lambda c: c.run(task_dir=c.task(learning_rate=0.1)), "learning_rate: Extra inputs are not permitted"),
-    ("unknown-key-in-params", lambda c: c.run(task_dir=c.task(params={"operater": "<x>"})), "params: operater: Extra inputs are not permitted"),
-    ("wrong-type-in-task-file", lambda c: c.run(task_dir=c.task(budget={"steps": "many"})), "budget.steps: Input should be a valid integer"),
+    (
+        "malformed-yaml",
+        lambda c: c.run(task_dir=_mkdir(c.root / "yaml", {"broken.yaml": b"name: [unclosed\n"})),
+        "broken.yaml is not valid YAML (line 2)",
+    ),
+    (
+        "unknown-key-in-task-file",
+        lambda c: c.run(task_dir=c.task(learning_rate=0.1)),
+        "learning_rate: Extra inputs are not permitted",
+    ),
+    (
+        "unknown-key-in-params",
+        lambda c: c.run(task_dir=c.task(params={"operater": "<x>"})),
+        "params: operater: Extra inputs are not permitted",
+    ),
+    (
+        "wrong-type-in-task-file",
+        lambda c: c.run(task_dir=c.task(budget={"steps": "many"})),
+        "budget.steps: Input should be a valid integer",
+    ),
     ("wrong-type-option", lambda c: c.run("--set", "lr=fast"), "option 'lr' needs a float, got 'fast'"),
-    ("new-token-in-base-vocabulary", lambda c: c.run(task_dir=c.task(params={"operator": "*"})), "new token(s) already in the base vocabulary: ['*']"),
-    ("duplicate-new-tokens", lambda c: c.run("--task", "custom", task_dir=c.generator_task(
-        GENERATOR.replace("NEW_TOKENS", '["<x>", "<x>"]').replace("OLD_TEXT", '["1+1=2"]'))), "duplicate new tokens: ['<x>']"),
-    ("empty-training-set", lambda c: c.run(task_dir=c.task(params={"n_test": 1000})), "the generator produced an empty train, target or old-text set"),
-    ("n-train-larger-than-data", lambda c: c.run("--n-train", "100000"), "n_train 100000 exceeds the 980 training examples"),
-    ("zero-steps", lambda c: c.run(task_dir=c.task(budget={"steps": 0})), "budget.steps: Input should be greater than 0"),
-    ("zero-learning-rate", lambda c: c.run("--set", "lr=0"), "method 'et': lr must be a positive finite number, got 0.0"),
-    ("negative-learning-rate", lambda c: c.run("--method", "fft", "--set", "lr=-1e-3"), "method 'fft': lr must be a positive finite number, got -0.001"),
+    (
+        "new-token-in-base-vocabulary",
+        lambda c: c.run(task_dir=c.task(params={"operator": "*"})),
+        "new token(s) already in the base vocabulary: ['*']",
+    ),
+    (
+        "duplicate-new-tokens",
+        lambda c: c.run(
+            "--task",
+            "custom",
+            task_dir=c.generator_task(
+                GENERATOR.replace("NEW_TOKENS", '["<x>", "<x>"]').replace("OLD_TEXT", '["1+1=2"]')
+            ),
+        ),
+        "duplicate new tokens: ['<x>']",
+    ),
+    (
+        "empty-training-set",
+        lambda c: c.run(task_dir=c.task(params={"n_test": 1000})),
+        "the generator produced an empty train, target or old-text set",
+    ),
+    (
+        "n-train-larger-than-data",
+        lambda c: c.run("--n-train", "100000"),
+        "n_train 100000 exceeds the 980 training examples",
+    ),
+    (
+        "zero-steps",
+        lambda c: c.run(task_dir=c.task(budget={"steps": 0})),
+        "budget.steps: Input should be greater than 0",
+    ),
+    (
+        "zero-learning-rate",
+        lambda c: c.run("--set", "lr=0"),
+        "method 'et': lr must be a positive finite number, got 0.0",
+    ),
+    (
+        "negative-learning-rate",
+        lambda c: c.run("--method", "fft", "--set", "lr=-1e-3"),
+        "method 'fft': lr must be a positive finite number, got -0.001",
+    ),
     ("nan-learning-rate", lambda c: c.run("--set", "lr=nan"), "lr must be a positive finite number, got nan"),
-    ("unknown-init-strategy", lambda c: c.run("--init", "zeros"), "unknown init strategy 'zeros'; known: random, mean, subword-mean"),
-    ("unknown-init-in-task-file", lambda c: c.run(task_dir=c.task(init="zeros")), "init 'zeros' is not one of random, mean, subword-mean"),
-    ("model-path-missing", lambda c: c.run("--model", str(c.root / "no-such-model")), "no-such-model' does not exist or is not a directory"),
+    (
+        "unknown-init-strategy",
+        lambda c: c.run("--init", "zeros"),
+        "unknown init strategy 'zeros'; known: random, mean, subword-mean",
+    ),
+    (
+        "unknown-init-in-task-file",
+        lambda c: c.run(task_dir=c.task(init="zeros")),
+        "init 'zeros' is not one of random, mean, subword-mean",
+    ),
+    (
+        "model-path-missing",
+        lambda c: c.run("--model", str(c.root / "no-such-model")),
+        "no-such-model' does not exist or is not a directory",
+    ),
     ("model-weights-not-safetensors", lambda c: c.run("--model", str(pickle_model(c))), "model.safetensors"),
     ("unknown-builtin-model", lambda c: c.run("--model", "builtin:nope"), "unknown builtin model 'builtin:nope'"),
-    ("corrupt-db", lambda c: c.run("--db", str(c.file("garbage.duckdb", b"not a database\n" * 300))), "not a valid DuckDB database file"),
-    ("truncated-db", lambda c: c.run("--db", str(c.file("truncated.duckdb", c.db.read_bytes()[:4096]))), "cannot open results database"),
-    ("db-of-another-application", lambda c: c.run("--db", str(foreign_db(c))), "is not a clbench results database (table runs lacks"),
-    ("db-in-read-only-directory", lambda c: c.run("--db", str(READ_ONLY_DIR / "clbench-results.duckdb")), f"cannot create results database in {READ_ONLY_DIR}"),
+    (
+        "corrupt-db",
+        lambda c: c.run("--db", str(c.file("garbage.duckdb", b"not a database\n" * 300))),
+        "not a valid DuckDB database file",
+    ),
+    (
+        "truncated-db",
+        lambda c: c.run("--db", str(c.file("truncated.duckdb", c.db.read_bytes()[:4096]))),
+        "cannot open results database",
+    ),
+    (
+        "db-of-another-application",
+        lambda c: c.run("--db", str(foreign_db(c))),
+        "is not a clbench results database (table runs lacks",
+    ),
+    (
+        "db-in-read-only-directory",
+        lambda c: c.run("--db", str(READ_ONLY_DIR / "clbench-results.duckdb")),
+        f"cannot create results database in {READ_ONLY_DIR}",
+    ),
     ("db-path-is-a-directory", lambda c: c.run("--db", str(c.root)), "is a directory"),
     ("db-folder-missing", lambda c: c.run("--db", str(c.root / "nowhere" / "r.duckdb")), "nowhere does not exist"),
     ("seeds-malformed", lambda c: c.run("--seeds", "0,,1"), "--seeds must be comma-separated integers, got '0,,1'"),
     ("seeds-repeated", lambda c: c.run("--seeds", "0,0"), "--seeds must be distinct non-negative integers, got '0,0'"),
     ("conflicting-flags", lambda c: c.run("--method", "et,fft", "--set", "lr=1e-3"), "--set applies to one method"),
-    ("non-utf8-task-file", lambda c: c.run(task_dir=_mkdir(c.root / "latin", {"latin.yaml": "name: caf\u00e9\n".encode("latin-1")})), "'utf-8' codec can't decode"),
-    ("non-utf8-data-file", lambda c: c.run("--task", "custom", task_dir=c.generator_task(
-        GENERATOR.replace("NEW_TOKENS", '["<x>"]').replace("OLD_TEXT", 'Path(__file__).with_name("old.txt").read_text(encoding="utf-8").split()'),
-        files={"old.txt": "1+1=2 caf\u00e9".encode("latin-1")})), "task 'custom': cannot read its data: 'utf-8' codec can't decode"),
-    ("sequence-longer-than-context", lambda c: c.run(task_dir=c.task(params={"template": "0" * 40 + "{a}{op}{b}="})), "exceeds the model context of 32"),
-    ("new-token-collides-with-a-word", lambda c: c.run("--model", str(bpe_model(c)), task_dir=c.task(params={"operator": "times"})),
-     "new token 'times' collides with the base vocabulary's word 'Ġtimes'"),
-    ("task-dir-missing", lambda c: c.run(task_dir=c.root / "no-such-tasks"), "no-such-tasks does not exist or is not a folder"),
+    (
+        "non-utf8-task-file",
+        lambda c: c.run(task_dir=_mkdir(c.root / "latin", {"latin.yaml": "name: caf\u00e9\n".encode("latin-1")})),
+        "'utf-8' codec can't decode",
+    ),
+    (
+        "non-utf8-data-file",
+        lambda c: c.run(
+            "--task",
+            "custom",
+            task_dir=c.generator_task(
+                GENERATOR.replace("NEW_TOKENS", '["<x>"]').replace(
+                    "OLD_TEXT", 'Path(__file__).with_name("old.txt").read_text(encoding="utf-8").split()'
+                ),
+                files={"old.txt": "1+1=2 caf\u00e9".encode("latin-1")},
+            ),
+        ),
+        "task 'custom': cannot read its data: 'utf-8' codec can't decode",
+    ),
+    (
+        "sequence-longer-than-context",
+        lambda c: c.run(task_dir=c.task(params={"template": "0" * 40 + "{a}{op}{b}="})),
+        "exceeds the model context of 32",
+    ),
+    (
+        "new-token-collides-with-a-word",
+        lambda c: c.run("--model", str(bpe_model(c)), task_dir=c.task(params={"operator": "times"})),
+        "new token 'times' collides with the base vocabulary's word 'Ġtimes'",
+    ),
+    (
+        "task-dir-missing",
+        lambda c: c.run(task_dir=c.root / "no-such-tasks"),
+        "no-such-tasks does not exist or is not a folder",
+    ),
     ("n-train-zero", lambda c: c.run("--n-train", "0"), "expected a positive integer, got '0'"),
     ("set-unknown-option", lambda c: c.run("--set", "momentum=0.9"), "method 'et' has no option 'momentum'"),
     ("set-without-value", lambda c: c.run("--set", "lr"), "--set takes KEY=VALUE, got 'lr'"),
     ("unknown-profile", lambda c: c.run("--profile", "papr"), "task 'tiny-arith' has no profile 'papr'"),
-    ("generator-file-missing", lambda c: c.run(task_dir=c.task(generator="missing.py:build")), "missing.py does not exist"),
-    ("task-file-name-mismatch", lambda c: c.run(task_dir=_rename(c.task(), TASK + ".yaml", "other.yaml")), "the file name must be the task name"),
+    (
+        "generator-file-missing",
+        lambda c: c.run(task_dir=c.task(generator="missing.py:build")),
+        "missing.py does not exist",
+    ),
+    (
+        "task-file-name-mismatch",
+        lambda c: c.run(task_dir=_rename(c.task(), TASK + ".yaml", "other.yaml")),
+        "the file name must be the task name",
+    ),
     ("misspelt-flag", lambda c: c.run("--sedes", "1"), "unrecognized arguments: --sedes 1"),
-    ("device-map-on-a-builtin", lambda c: c.run("--model", "builtin:arith-llama", "--device-map", "auto"), "--device-map is for hub and local models"),
-    ("device-map-with-device", lambda c: c.run("--device-map", "auto", "--device", "cpu"), "--device-map places the model itself; leave --device at auto"),
-    ("replay-without-replay-text", lambda c: c.run("--method", "replay", task_dir=c.task(params={"n_replay": 0})),
-     "method 'replay' reads old text through its training_examples hook, and task 'tiny-arith' has no replay_text"),
-    ("ewc-without-replay-text", lambda c: c.run("--method", "ewc", task_dir=c.task(params={"n_replay": 0})),
-     "method 'ewc' reads old text through its training_examples hook, and task 'tiny-arith' has no replay_text"),
-    ("device-map-unknown", lambda c: c.run("--device-map", "balanced"), "argument --device-map: invalid choice: 'balanced'"),
+    (
+        "device-map-on-a-builtin",
+        lambda c: c.run("--model", "builtin:arith-llama", "--device-map", "auto"),
+        "--device-map is for hub and local models",
+    ),
+    (
+        "device-map-with-device",
+        lambda c: c.run("--device-map", "auto", "--device", "cpu"),
+        "--device-map places the model itself; leave --device at auto",
+    ),
+    (
+        "replay-without-replay-text",
+        lambda c: c.run("--method", "replay", task_dir=c.task(params={"n_replay": 0})),
+        "method 'replay' reads old text through its training_examples hook, and task 'tiny-arith' has no replay_text",
+    ),
+    (
+        "ewc-without-replay-text",
+        lambda c: c.run("--method", "ewc", task_dir=c.task(params={"n_replay": 0})),
+        "method 'ewc' reads old text through its training_examples hook, and task 'tiny-arith' has no replay_text",
+    ),
+    (
+        "device-map-unknown",
+        lambda c: c.run("--device-map", "balanced"),
+        "argument --device-map: invalid choice: 'balanced'",
+    ),
 ]
 
 
@@ -175,8 +322,11 @@ def _rename(folder: Path, old: str, new: str) -> Path:
 
 def snapshot(root: Path) -> dict[str, str]:
     # __pycache__: Python's own bytecode cache of a task's generator, not clbench's writing
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +340,9 @@ def reference_db(tiny_cli, tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("runner", ["in-process", pytest.param("subprocess", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name, argv, expected", CASES, ids=[c[0] for c in CASES])
-def test_bad_input_ends_with_one_line_and_changes_nothing(name, argv, expected, runner, tiny_cli, reference_db, tmp_path, capfd, monkeypatch):
+def test_bad_input_ends_with_one_line_and_changes_nothing(
+    name, argv, expected, runner, tiny_cli, reference_db, tmp_path, capfd, monkeypatch
+):
     case = Case(tiny_cli, tmp_path, reference_db)
     args = argv(case)
     before = snapshot(tmp_path)

@@ -8,11 +8,10 @@ import sys
 
 import pytest
 import torch
+from conftest import run_row
 
 from clbench.cli import main
 from clbench.store import Store
-
-from conftest import run_row
 
 
 @pytest.fixture
@@ -36,19 +35,46 @@ def _error(capsys, argv) -> str:
 
 
 RUN_ERRORS = [
-    (["--task", "arithmetc", "--method", "et"], "unknown task 'arithmetc' (did you mean 'arithmetic'?); known: arithmetic"),
+    (
+        ["--task", "arithmetc", "--method", "et"],
+        "unknown task 'arithmetc' (did you mean 'arithmetic'?); known: arithmetic",
+    ),
     (["--task", "arithmetic", "--method", "ett"], "unknown method 'ett' (did you mean 'et'?); known: et, fft"),
     (["--task", "arithmetic", "--method", "et,nope"], "unknown method 'nope'; known: et, fft"),
-    (["--task", "arithmetic", "--method", "et", "--seeds", "1,x"], "--seeds must be comma-separated integers, got '1,x'"),
-    (["--task", "arithmetic", "--method", "et", "--seeds", "1,1"], "--seeds must be distinct non-negative integers, got '1,1'"),
-    (["--task", "arithmetic", "--method", "et", "--seeds", "-1"], "--seeds must be distinct non-negative integers, got '-1'"),
+    (
+        ["--task", "arithmetic", "--method", "et", "--seeds", "1,x"],
+        "--seeds must be comma-separated integers, got '1,x'",
+    ),
+    (
+        ["--task", "arithmetic", "--method", "et", "--seeds", "1,1"],
+        "--seeds must be distinct non-negative integers, got '1,1'",
+    ),
+    (
+        ["--task", "arithmetic", "--method", "et", "--seeds", "-1"],
+        "--seeds must be distinct non-negative integers, got '-1'",
+    ),
     (["--task", "arithmetic", "--method", "et", "--seeds", ""], "--seeds must be comma-separated integers, got ''"),
-    (["--task", "arithmetic", "--method", "et", "--set", "bad=1"], "method 'et' has no option 'bad'; options: lr, weight_decay"),
-    (["--task", "arithmetic", "--method", "et", "--set", "lr=abc"], "method 'et' option 'lr' needs a float, got 'abc'"),
+    (
+        ["--task", "arithmetic", "--method", "et", "--set", "bad=1"],
+        "method 'et' has no option 'bad'; options: lr, weight_decay",
+    ),
+    (
+        ["--task", "arithmetic", "--method", "et", "--set", "lr=abc"],
+        "method 'et' option 'lr' needs a float, got 'abc'",
+    ),
     (["--task", "arithmetic", "--method", "et", "--set", "lr"], "--set takes KEY=VALUE, got 'lr'"),
-    (["--task", "arithmetic", "--method", "et,fft", "--set", "lr=1e-3"], "--set applies to one method; name a single --method with it"),
-    (["--task", "arithmetic", "--method", "et", "--n-train", "0"], "argument --n-train: expected a positive integer, got '0' (see `clbench run --help`)"),
-    (["--task", "arithmetic", "--method", "et", "--n-train", "x"], "argument --n-train: expected a positive integer, got 'x' (see `clbench run --help`)"),
+    (
+        ["--task", "arithmetic", "--method", "et,fft", "--set", "lr=1e-3"],
+        "--set applies to one method; name a single --method with it",
+    ),
+    (
+        ["--task", "arithmetic", "--method", "et", "--n-train", "0"],
+        "argument --n-train: expected a positive integer, got '0' (see `clbench run --help`)",
+    ),
+    (
+        ["--task", "arithmetic", "--method", "et", "--n-train", "x"],
+        "argument --n-train: expected a positive integer, got 'x' (see `clbench run --help`)",
+    ),
     (["--task", "arithmetic,arithmetic", "--method", "et"], "task list 'arithmetic,arithmetic' names one task twice"),
     (["--task", "", "--method", "et"], "empty task list ''"),
     (["--method", "et"], "the following arguments are required: --task (see `clbench run --help`)"),
@@ -63,7 +89,9 @@ def test_run_errors(capsys, db, args, message):
     head, _, known = got.partition("; known: ")
     want_head, _, want_known = message.partition("; known: ")
     assert head == want_head
-    assert [n for n in known.split(", ") if n in want_known.split(", ")] == (want_known.split(", ") if want_known else [""])
+    assert [n for n in known.split(", ") if n in want_known.split(", ")] == (
+        want_known.split(", ") if want_known else [""]
+    )
     assert db.read_bytes() == before
 
 
@@ -78,7 +106,10 @@ def test_no_subcommand(capsys):
 
 def test_results_on_a_missing_file(capsys, tmp_path):
     missing = tmp_path / "missing.duckdb"
-    assert _error(capsys, ["results", "--db", str(missing)]) == f"results database {missing} does not exist (run `clbench run` first)"
+    assert (
+        _error(capsys, ["results", "--db", str(missing)])
+        == f"results database {missing} does not exist (run `clbench run` first)"
+    )
     assert not missing.exists()
 
 
@@ -109,7 +140,10 @@ def test_validate(capsys):
     assert main(["validate"]) == 0
     out, err = capsys.readouterr()
     assert err == ""
-    assert any(line.startswith("ok  arithmetic v1: 1 new tokens, 700 train, 300 target, 500 old-text") for line in out.splitlines())
+    assert any(
+        line.startswith("ok  arithmetic v1: 1 new tokens, 700 train, 300 target, 500 old-text")
+        for line in out.splitlines()
+    )
 
 
 def test_validate_reports_a_broken_extra_task(capsys, tmp_path):
@@ -120,7 +154,19 @@ def test_validate_reports_a_broken_extra_task(capsys, tmp_path):
 
 def test_run_and_results_end_to_end(capsys, tmp_path, tiny_builtin, small_task_file):
     db = tmp_path / "r.duckdb"
-    argv = ["run", "--task", "small", "--method", "et", "--model", "builtin:tiny", "--task-dir", str(small_task_file.parent), "--db", str(db)]
+    argv = [
+        "run",
+        "--task",
+        "small",
+        "--method",
+        "et",
+        "--model",
+        "builtin:tiny",
+        "--task-dir",
+        str(small_task_file.parent),
+        "--db",
+        str(db),
+    ]
     assert main(argv) == 0
     out, err = capsys.readouterr()
     assert f"1 runs: 1 finished, 0 already in {db}, 0 failed" in err
@@ -139,7 +185,11 @@ def test_subprocess_error_has_no_traceback(tmp_path):
     env = dict(os.environ)
     proc = subprocess.run(
         [sys.executable, "-m", "clbench.cli", "run", "--task", "nope", "--method", "et"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""

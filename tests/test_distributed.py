@@ -10,29 +10,33 @@ starts one process in accelerate 1.15 (multi-CPU wants an MPI hostfile), so the 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import duckdb
 import pytest
+from conftest import tiny_llama
+from tiny_setup import TASK, cli_env, run_clbench, save_tiny_model
 
 import clbench
-
+from clbench.arith import char_tokenizer
 from clbench.errors import ClbenchError
 from clbench.method import methods
 from clbench.models import load_base
 from clbench.protocol import Session, run_one
 from clbench.store import Store
 from clbench.taskspec import load_tasks
-from tiny_setup import TASK, cli_env, run_clbench, save_tiny_model, tiny_cli  # noqa: F401  (tiny_cli: a fixture)
-from conftest import tiny_llama
-from clbench.arith import char_tokenizer
 
 NOT_REPRODUCIBLE = {"train_seconds", "tokens_per_second", "peak_mem_mb"}
 # layer 0 on disk: accelerate swaps it in for each forward; embeddings and head stay where clbench writes them
-DISK_MAP = {"model.embed_tokens": "cpu", "model.layers.0": "disk", "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu"}
+DISK_MAP = {
+    "model.embed_tokens": "cpu",
+    "model.layers.0": "disk",
+    "model.norm": "cpu",
+    "model.rotary_emb": "cpu",
+    "lm_head": "cpu",
+}
 
 
 def run(tiny_cli, tmp_path, method: str, session: Session, seed: int = 0):
@@ -83,7 +87,7 @@ def test_a_reload_that_finds_other_weights_is_an_error(tmp_path):
     base.own_model()
     tiny_llama(char_tokenizer(), tied=False, seed=1).save_pretrained(folder)
     with pytest.raises(ClbenchError, match="changed on disk since this process first loaded it"):
-        base.model
+        _ = base.model
 
 
 def test_fft_on_a_model_with_offloaded_layers_is_refused_in_one_line(tiny_cli, tmp_path):
@@ -91,13 +95,31 @@ def test_fft_on_a_model_with_offloaded_layers_is_refused_in_one_line(tiny_cli, t
         run(tiny_cli, tmp_path, "fft", Session(device_map=DISK_MAP))
 
 
-def accelerate_launch(args: list[str], env: dict[str, str], processes: int = 2, engine: str = "ddp") -> subprocess.CompletedProcess:
+def accelerate_launch(
+    args: list[str], env: dict[str, str], processes: int = 2, engine: str = "ddp"
+) -> subprocess.CompletedProcess:
     accelerate = Path(sys.executable).with_name("accelerate")
-    command = [str(accelerate), "launch", "--multi_gpu", "--num_processes", str(processes), "--num_machines", "1",
-               "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "clbench.cli", *args]
+    command = [
+        str(accelerate),
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        str(processes),
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "-m",
+        "clbench.cli",
+        *args,
+    ]
     # `--use_fsdp` sets ACCELERATE_USE_FSDP; set directly, accelerate's own FSDP plugin (CUDA-minded) stays out
     engine_env = {"ACCELERATE_USE_FSDP": "true"} if engine == "fsdp" else {}
-    return subprocess.run(command, env={**env, "ACCELERATE_USE_CPU": "1", **engine_env}, text=True, capture_output=True, timeout=300)
+    return subprocess.run(
+        command, env={**env, "ACCELERATE_USE_CPU": "1", **engine_env}, text=True, capture_output=True, timeout=300
+    )
 
 
 def table(db: Path, sql: str) -> list[tuple]:
@@ -114,11 +136,15 @@ def test_two_processes_train_one_run_like_one_process(method, engine, tiny_cli, 
     assert one.returncode == 0, one.stderr
     two = accelerate_launch(tiny_cli.run_args(tmp_path / "two.duckdb", "--method", method), env, engine=engine)
     assert two.returncode == 0, two.stderr
-    assert two.stderr.count("1 runs: 1 finished") == 1 and two.stdout.count(TASK) == 1  # the main process alone reports
+    assert (
+        two.stderr.count("1 runs: 1 finished") == 1 and two.stdout.count(TASK) == 1
+    )  # the main process alone reports
     db = tmp_path / "two.duckdb"
     assert table(db, "SELECT status FROM runs") == [("finished",)]
     assert table(db, "SELECT attempt, outcome FROM attempts") == [(1, "finished")]
-    single, parallel = (dict(table(tmp_path / f"{n}.duckdb", "SELECT metric, value FROM metrics")) for n in ("one", "two"))
+    single, parallel = (
+        dict(table(tmp_path / f"{n}.duckdb", "SELECT metric, value FROM metrics")) for n in ("one", "two")
+    )
     assert single.keys() == parallel.keys()
     # ewc's penalty gradient (λ = 1e6) dwarfs the task's, whose last-bit differences then weigh more:
     # measured 2.1e-7 relative on forgetting_full, 1.7e-7 on final_train_loss
@@ -138,12 +164,21 @@ def test_two_processes_train_one_run_like_one_process(method, engine, tiny_cli, 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method, message", [("et", "trains new rows outside the model and needs no sharding"),
-                                             ("ewc", "computes its penalty on references to the unsharded weights")])
+@pytest.mark.parametrize(
+    "method, message",
+    [
+        ("et", "trains new rows outside the model and needs no sharding"),
+        ("ewc", "computes its penalty on references to the unsharded weights"),
+    ],
+)
 def test_fsdp_refuses_methods_it_cannot_shard_before_writing(method, message, tiny_cli, tmp_path):
-    done = accelerate_launch(tiny_cli.run_args(tmp_path / "r.duckdb", "--method", method), cli_env(tmp_path / "cache"), engine="fsdp")
+    done = accelerate_launch(
+        tiny_cli.run_args(tmp_path / "r.duckdb", "--method", method), cli_env(tmp_path / "cache"), engine="fsdp"
+    )
     # each process exits 2 with the one line (clbench.cli); accelerate's launcher then exits 1
     assert done.returncode == 1 and f"clbench: error: method {method!r} {message}" in done.stderr
     # no clbench frame in any traceback (the launcher prints its own ChildFailedError one)
     assert f'File "{Path(clbench.__file__).parent}' not in done.stderr
-    assert not (tmp_path / "r.duckdb").exists() or table(tmp_path / "r.duckdb", "SELECT count(*) FROM attempts") == [(0,)]
+    assert not (tmp_path / "r.duckdb").exists() or table(tmp_path / "r.duckdb", "SELECT count(*) FROM attempts") == [
+        (0,)
+    ]

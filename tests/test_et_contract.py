@@ -9,6 +9,7 @@ import copy
 
 import pytest
 import torch
+from conftest import HIDDEN
 
 from clbench.arith import char_tokenizer
 from clbench.data import Example, encode_examples, encode_texts
@@ -17,8 +18,6 @@ from clbench.evaluate import score
 from clbench.expand import expand
 from clbench.method import methods
 from clbench.train import train
-
-from conftest import HIDDEN
 
 PAIRS = [(1, 2), (3, 4), (5, 6), (7, 8), (9, 9), (12, 3)]
 OLD_TEXT = ["12+3=15", "4*5=20", "99+1=100", "7*8=56", "0+0=0"]
@@ -39,8 +38,15 @@ def _adapt(model, tokenizer, method: str, *, steps: int = 5):
     examples = encode_examples(tokenizer, [Example(f"{a}<spec>{b}=", str(a * b)) for a, b in PAIRS], 32)
     assert all(expansion.new_ids[0] in e.ids for e in examples)
     result = train(
-        model, adapter.param_groups, examples, steps=steps, batch_size=2, lr=config.lr, seed=0,
-        pad_id=tokenizer.pad_token_id, vocab_limit=expansion.old_vocab if spec.train_vocab == "old" else None,
+        model,
+        adapter.param_groups,
+        examples,
+        steps=steps,
+        batch_size=2,
+        lr=config.lr,
+        seed=0,
+        pad_id=tokenizer.pad_token_id,
+        vocab_limit=expansion.old_vocab if spec.train_vocab == "old" else None,
     )
     assert result.steps == steps
     return expansion, adapter, after_expand, adapter.finalize()

@@ -26,9 +26,17 @@ def tiny_tied_base() -> Base:
     torch.manual_seed(0)
     tokenizer = char_tokenizer()
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
     )
     model = LlamaForCausalLM(config).eval()
     return Base("tiny-tied", model, tokenizer, fingerprint(model))
@@ -45,7 +53,9 @@ def session():
 @pytest.mark.parametrize("method_name", methods().names())
 def test_method_runs_on_task(task_name, method_name, session, tmp_path):
     task, method = load_tasks().get(task_name), methods().get(method_name)
-    outcome = run_one(task, method, seed=0, store=Store(tmp_path / "r.duckdb"), session=session, model="tiny-tied", n_train=4)
+    outcome = run_one(
+        task, method, seed=0, store=Store(tmp_path / "r.duckdb"), session=session, model="tiny-tied", n_train=4
+    )
     assert outcome.status == "finished", outcome.reason
     values = outcome.metrics
     for name in ("target_loss", "target_loss_full", "forgetting_oldvocab", "forgetting_full"):

@@ -1,6 +1,6 @@
 """ewc on tiny in-process models: its Fisher, its penalty, train()'s penalty hook, and what a huge λ does.
 
-    python -m pytest -q tests/test_ewc.py
+python -m pytest -q tests/test_ewc.py
 """
 
 import copy
@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 import torch
 import torch.nn.functional as F
+from test_methods import tiny_base, tiny_data
 
 from clbench.baselines.ewc import diagonal_fisher
 from clbench.data import encode_examples, encode_texts
@@ -18,8 +19,6 @@ from clbench.method import methods
 from clbench.protocol import Session, adapt_and_evaluate
 from clbench.taskspec import Budget
 from clbench.train import train
-
-from test_methods import tiny_base, tiny_data
 
 REPLAY = ["2+2=4", "9*3=27", "33+9=42", "7*7=49", "1+1=2"]  # unequal lengths: padded batches
 
@@ -83,13 +82,21 @@ def test_penalty_is_zero_at_the_old_weights_and_quadratic_around_them(tied):
     with torch.no_grad():
         q += 0.01
         embedding[5] -= 0.02
-    expected = lam / 2 * (fisher["model.layers.0.self_attn.q_proj.weight"].sum() * 0.01**2
-                          + fisher["model.embed_tokens.weight"][5].sum() * 0.02**2)
+    expected = (
+        lam
+        / 2
+        * (
+            fisher["model.layers.0.self_attn.q_proj.weight"].sum() * 0.01**2
+            + fisher["model.embed_tokens.weight"][5].sum() * 0.02**2
+        )
+    )
     penalty = adapter.penalty()
     assert expected > 0
     assert penalty.item() == pytest.approx(expected.item(), rel=1e-5)
     penalty.backward()  # its gradient is λ F Δ
-    torch.testing.assert_close(q.grad, lam * fisher["model.layers.0.self_attn.q_proj.weight"] * 0.01, rtol=1e-4, atol=1e-12)
+    torch.testing.assert_close(
+        q.grad, lam * fisher["model.layers.0.self_attn.q_proj.weight"] * 0.01, rtol=1e-4, atol=1e-12
+    )
 
 
 def test_train_adds_the_penalty_to_the_update_but_reports_the_task_loss():
@@ -97,8 +104,17 @@ def test_train_adds_the_penalty_to_the_update_but_reports_the_task_loss():
         model, tokenizer, expansion = expanded(tied=False)
         params = list(model.parameters())
         examples = encode_examples(tokenizer, tiny_data().train, 32)
-        result = train(model, [{"params": params}], examples, steps=3, batch_size=4, lr=1e-2, seed=0,
-                       pad_id=tokenizer.pad_token_id, penalty=penalty and (lambda: penalty(params)))
+        result = train(
+            model,
+            [{"params": params}],
+            examples,
+            steps=3,
+            batch_size=4,
+            lr=1e-2,
+            seed=0,
+            pad_id=tokenizer.pad_token_id,
+            penalty=penalty and (lambda: penalty(params)),
+        )
         return result, model.model.norm.weight.detach().clone()
 
     plain, plain_norm = run(None)
@@ -116,7 +132,9 @@ def test_a_huge_lambda_keeps_old_text_where_fft_loses_it():
 
     def forgetting(name, **options):
         spec = methods().get(name)
-        values = adapt_and_evaluate(base, data, spec, spec.config({"lr": 1e-2, **options}), budget, "random", 0, Session())
+        values = adapt_and_evaluate(
+            base, data, spec, spec.config({"lr": 1e-2, **options}), budget, "random", 0, Session()
+        )
         return values["forgetting_oldvocab"], values["target_loss"]
 
     fft = forgetting("fft")
@@ -130,5 +148,7 @@ def test_ewc_refuses_a_task_without_replay_text():
     base, data = tiny_base(tied=False), dataclasses.replace(tiny_data(), replay_text=[])
     spec = methods().get("ewc")
     budget = Budget(n_train=6, steps=1, batch_size=4, eval_batch_size=8)
-    with pytest.raises(ClbenchError, match="^method 'ewc' needs old text to estimate its Fisher on: the task has no replay_text$"):
+    with pytest.raises(
+        ClbenchError, match="^method 'ewc' needs old text to estimate its Fisher on: the task has no replay_text$"
+    ):
         adapt_and_evaluate(base, data, spec, spec.config(), budget, "random", 0, Session())

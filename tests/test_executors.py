@@ -1,13 +1,13 @@
 """Sweeps through submitit's local executor: jobs are separate processes writing to one store."""
 
 import pytest
+from conftest import tiny_llama
 
 from clbench.arith import char_tokenizer
 from clbench.errors import ClbenchError
 from clbench.executors import RunRequest, execute
 from clbench.store import Store
 from clbench.taskspec import builtin_task_dir
-from conftest import tiny_llama
 
 
 @pytest.fixture
@@ -25,8 +25,12 @@ def grid(tmp_path):
     tiny_llama(tokenizer, tied=False).save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
     db = str(tmp_path / "r.duckdb")
-    return [RunRequest("tiny-arith", method, seed, db, n_train=n, task_dirs=(str(tmp_path / "tasks"),))
-            for method in ("et", "fft") for n in (5, 10) for seed in (0, 1)], db
+    return [
+        RunRequest("tiny-arith", method, seed, db, n_train=n, task_dirs=(str(tmp_path / "tasks"),))
+        for method in ("et", "fft")
+        for n in (5, 10)
+        for seed in (0, 1)
+    ], db
 
 
 def test_sweep_jobs_reach_one_store_once(grid, tmp_path):

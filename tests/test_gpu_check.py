@@ -10,7 +10,9 @@ import pytest
 import torch
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "gpu_check.py"
-LINE = re.compile(r"^\s*(et|fft|eval): +[\d.]+ ms/(step|pass) +(\d+) tokens/s +MFU +[\d.]+% +peak +(nan|[\d.]+) GiB$", re.M)
+LINE = re.compile(
+    r"^\s*(et|fft|eval): +[\d.]+ ms/(step|pass) +(\d+) tokens/s +MFU +[\d.]+% +peak +(nan|[\d.]+) GiB$", re.M
+)
 
 
 def check(args: list[str], timeout: int) -> str:
@@ -31,7 +33,10 @@ def test_the_gpu_check_says_so_when_no_gpu_is_there():
     if torch.cuda.is_available():
         pytest.skip("a GPU is here")
     done = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1 and done.stderr.strip() == "gpu_check: torch sees no CUDA GPU (use --shape tiny --device cpu for a smoke test)"
+    assert (
+        done.returncode == 1
+        and done.stderr.strip() == "gpu_check: torch sees no CUDA GPU (use --shape tiny --device cpu for a smoke test)"
+    )
 
 
 @pytest.mark.gpu

@@ -5,10 +5,10 @@ import csv
 import duckdb
 import numpy as np
 import pytest
+from leaderboard_db import EVIL, record, tiny_db
 
 from clbench.cli import main
 from clbench.leaderboard import aggregate, build, load, pareto_front, quality_metric
-from leaderboard_db import EVIL, record, tiny_db
 
 
 def test_pareto_front_keeps_exactly_the_undominated_points():
@@ -33,7 +33,12 @@ def test_csv_has_mean_std_and_counts_of_finished_runs_only(board):
     rows = {(r["task"], r["method"], r["n_train"], r["metric"]): r for r in rows_of(board)}
     et = rows[("arith", "et", "200", "target_acc")]
     # sample std of (0.8, 0.9) = 0.1 / sqrt(2), as pandas computes it
-    assert (float(et["mean"]), et["std"], et["runs"], et["higher_is_better"]) == ((0.8 + 0.9) / 2, "0.0707106781186547", "2", "True")
+    assert (float(et["mean"]), et["std"], et["runs"], et["higher_is_better"]) == (
+        (0.8 + 0.9) / 2,
+        "0.0707106781186547",
+        "2",
+        "True",
+    )
     # the failed fft seed 1 and the metric-less et seed 2 never count
     assert rows[("arith", "fft", "200", "target_acc")]["runs"] == "1"
     assert rows[("arith", "fft", "200", "target_acc")]["std"] == ""
@@ -58,7 +63,7 @@ def test_every_injected_string_is_escaped_in_html_svg_and_markdown(board):
     escaped = "&lt;script&gt;alert(1)&lt;/script&gt;"
     assert f"<h2>{escaped}</h2>" in page
     assert f"<td>{escaped}</td>" in page  # method and model cells
-    assert f"<text" in page and f"{escaped}" in page.split("<svg")[1]  # a plot label, as SVG text
+    assert "<text" in page and f"{escaped}" in page.split("<svg")[1]  # a plot label, as SVG text
     assert EVIL not in (board / "leaderboard.md").read_text()
 
 
@@ -73,10 +78,15 @@ def test_plots_sample_efficiency_only_for_a_swept_task_and_no_heat_map_without_s
 def test_stage_matrix_renders_as_heat_map_when_the_table_exists(tmp_path):
     record(tiny_db(tmp_path / "r.duckdb"), "seq0", "seq", "et", "tiny", 0, {"target_acc": 0.5})
     with duckdb.connect(str(tmp_path / "r.duckdb")) as db:  # the table clbench.store creates: stages by number
-        db.executemany("INSERT INTO stage_matrix VALUES (?, ?, ?, ?, ?)", [
-            ("seq0", 1, 1, "target_acc", 0.9), ("seq0", 1, 2, "target_acc", 0.1),
-            ("seq0", 2, 1, "target_acc", 0.7), ("seq0", 2, 2, "target_acc", 0.8),
-        ])
+        db.executemany(
+            "INSERT INTO stage_matrix VALUES (?, ?, ?, ?, ?)",
+            [
+                ("seq0", 1, 1, "target_acc", 0.9),
+                ("seq0", 1, 2, "target_acc", 0.1),
+                ("seq0", 2, 1, "target_acc", 0.7),
+                ("seq0", 2, 2, "target_acc", 0.8),
+            ],
+        )
     page = (build(tmp_path / "r.duckdb", tmp_path / "out") / "index.html").read_text()
     heat = page.split("<h2>seq</h2>")[1].split("</section>")[0]
     assert heat.count("after training stage") == 1
@@ -89,21 +99,35 @@ def test_cli_writes_the_three_files_and_rejects_a_missing_db(tmp_path, capsys):
     assert main(["leaderboard", "--db", str(tmp_path / "r.duckdb"), "--out", str(tmp_path / "o")]) == 0
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["index.html", "leaderboard.csv", "leaderboard.md"]
     assert main(["leaderboard", "--db", str(tmp_path / "none.duckdb"), "--out", str(tmp_path / "o2")]) == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1] == f"clbench: error: results database {tmp_path / 'none.duckdb'} does not exist (run `clbench run` first)"
+    assert (
+        capsys.readouterr().err.strip().splitlines()[-1]
+        == f"clbench: error: results database {tmp_path / 'none.duckdb'} does not exist (run `clbench run` first)"
+    )
     assert not (tmp_path / "o2").exists()
 
 
 def test_lm_eval_checks_are_tabled_per_row_with_mean_and_std(tmp_path):
     store = tiny_db(tmp_path / "r.duckdb")
-    row = lambda task, base, adapted: {"task": task, "metric": "bits_per_byte", "base": base, "adapted": adapted,
-                                      "delta": adapted - base, "lm_eval_version": "0.4.13", "task_version": "1.0", "task_hash": "h"}
+    row = lambda task, base, adapted: {
+        "task": task,
+        "metric": "bits_per_byte",
+        "base": base,
+        "adapted": adapted,
+        "delta": adapted - base,
+        "lm_eval_version": "0.4.13",
+        "task_version": "1.0",
+        "task_hash": "h",
+    }
     store.record_lm_eval("et0", [row("clbench_old_text", 1.5, 1.5)])
     store.record_lm_eval("et1", [row("clbench_old_text", 1.5, 2.0)])
     store.record_lm_eval("bad", [row(EVIL, 1.0, 9.0)])  # a failed run's checks never show
     out = build(tmp_path / "r.duckdb", tmp_path / "out")
     text = (out / "leaderboard.md").read_text()
     checks = text.split("### lm-eval checks (in-process, full softmax)\n")[1]
-    assert "| et       | tiny    | lr=0.01, init=random |       200 | clbench_old_text | bits_per_byte    |    1.5 | 1.75 ± 0.3536 | 0.25 ± 0.3536            |      2 |" in checks
+    assert (
+        "| et       | tiny    | lr=0.01, init=random |       200 | clbench_old_text | bits_per_byte    |    1.5 | 1.75 ± 0.3536 | 0.25 ± 0.3536            |      2 |"
+        in checks
+    )
     assert text.count("### lm-eval checks") == 1 and EVIL not in text and "&lt;script" not in checks
 
 

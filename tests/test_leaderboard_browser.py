@@ -8,9 +8,9 @@ import os
 import shutil
 
 import pytest
+from leaderboard_db import EVIL, tiny_db
 
 from clbench.leaderboard import build
-from leaderboard_db import EVIL, tiny_db
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
@@ -28,7 +28,13 @@ def browser():
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM  # given explicitly, so selenium never looks for (or downloads) a browser
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1600"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1600",
+    ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     yield driver
@@ -48,12 +54,14 @@ def test_page_renders_sorts_links_provenance_and_keeps_the_injected_name_inert(b
 
     # the injected name: no alert, exactly one script (the page's own), shown as text in heading, cells and plot
     with pytest.raises(NoAlertPresentException):
-        browser.switch_to.alert.text
+        _ = browser.switch_to.alert.text
     assert browser.execute_script("return document.scripts.length") == 1
     headings = [h.text for h in browser.find_elements("tag name", "h2")]
     assert headings == ["Metrics", EVIL, "arith", "Provenance", "Failed or partial runs (not in the tables)"]
     assert browser.execute_script(
-        "return Array.from(document.querySelectorAll('svg text')).some(t => t.textContent.includes(arguments[0]))", EVIL)
+        "return Array.from(document.querySelectorAll('svg text')).some(t => t.textContent.includes(arguments[0]))",
+        EVIL,
+    )
 
     # tables and plots render with real size
     sections = browser.find_elements("tag name", "section")

@@ -23,9 +23,17 @@ from clbench.tasks.arithmetic import Params, build
 def tiny_model(tokenizer, tied=False, seed=0):
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=tied,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=tied,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
     )
     return LlamaForCausalLM(config).eval()
 
@@ -85,7 +93,9 @@ def test_old_skill_accuracy_is_clbench_exact_match_without_eos(data, base_scores
     model = tiny_model(tokenizer)
     hits = []
     for e in data.old_skill:
-        ids = torch.tensor([[tokenizer.bos_token_id] + tokenizer.encode(e.prompt + e.completion, add_special_tokens=False)])
+        ids = torch.tensor(
+            [[tokenizer.bos_token_id] + tokenizer.encode(e.prompt + e.completion, add_special_tokens=False)]
+        )
         n = len(e.completion)
         with torch.no_grad():
             predicted = model(ids).logits[0, -n - 1 : -1].argmax(-1)
@@ -113,7 +123,10 @@ def test_base_and_adapted_are_never_confused_and_base_scores_are_cached_per_base
     assert {r["task_hash"] for r in rows_same + rows_changed} == {rows_same[0]["task_hash"]}
     version = importlib.metadata.version("lm_eval")
     assert [(r["metric"], r["task_version"], r["lm_eval_version"]) for r in rows_same] == [
-        ("bits_per_byte", "1.0", version), ("byte_perplexity", "1.0", version), ("word_perplexity", "1.0", version)]
+        ("bits_per_byte", "1.0", version),
+        ("byte_perplexity", "1.0", version),
+        ("word_perplexity", "1.0", version),
+    ]
 
 
 def test_same_task_name_with_other_data_is_not_served_from_a_request_cache(data, checker, base_scores):
@@ -154,7 +167,11 @@ def test_hflm_would_retie_an_untied_head_and_the_checker_puts_it_back(data, chec
     assert lm_eval_nll(scores, data.old_text) == pytest.approx(ours, rel=1e-7)  # scored with the untied head
 
 
-ENGLISH = ["The cat sat on the mat.", "A naïve café owner walked home.", "Forgetting is measured on old text, word by word."]
+ENGLISH = [
+    "The cat sat on the mat.",
+    "A naïve café owner walked home.",
+    "Forgetting is measured on old text, word by word.",
+]
 
 
 def english_tokenizer():
@@ -165,8 +182,14 @@ def english_tokenizer():
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(ENGLISH, trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<pad>", "<bos>", "<eos>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    bpe.train_from_iterator(
+        ENGLISH,
+        trainers.BpeTrainer(
+            vocab_size=300,
+            special_tokens=["<pad>", "<bos>", "<eos>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     return PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>")
 
 

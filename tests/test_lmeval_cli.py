@@ -5,13 +5,11 @@ from pathlib import Path
 
 import duckdb
 import pytest
-
-import clbench.tasks
-
-from clbench.arith import char_tokenizer
-from clbench.cli import main
 from test_lmeval import tiny_model
 
+import clbench.tasks
+from clbench.arith import char_tokenizer
+from clbench.cli import main
 
 MINI_TASK = """
 name: mini-arith
@@ -50,15 +48,31 @@ def lm_eval_rows(db):
 
 def test_run_with_lm_eval_then_rebuilt_run_gives_identical_rows(model_dir, task_dir, tmp_path, capsys):
     db = tmp_path / "r.duckdb"
-    run = ["run", "--task", "mini-arith", "--method", "fft", "--model", model_dir, "--db", str(db), "--task-dir", task_dir]
+    run = [
+        "run",
+        "--task",
+        "mini-arith",
+        "--method",
+        "fft",
+        "--model",
+        model_dir,
+        "--db",
+        str(db),
+        "--task-dir",
+        task_dir,
+    ]
     assert main(run + ["--lm-eval", "clbench_old_text"]) == 0
     in_process = lm_eval_rows(db)
     (run_id,) = {r[0] for r in in_process}
-    assert [r[1:3] for r in in_process] == [("clbench_old_text", m) for m in ("bits_per_byte", "byte_perplexity", "word_perplexity")]
+    assert [r[1:3] for r in in_process] == [
+        ("clbench_old_text", m) for m in ("bits_per_byte", "byte_perplexity", "word_perplexity")
+    ]
     assert all(r[5] == r[4] - r[3] and r[5] != 0 for r in in_process)  # delta = adapted − base, fft moved it
 
     # the adapted model rebuilt from the run's config through the protocol scores bit-identically
-    assert main(["lm-eval", "--run", run_id, "--tasks", "clbench_old_text", "--db", str(db), "--task-dir", task_dir]) == 0
+    assert (
+        main(["lm-eval", "--run", run_id, "--tasks", "clbench_old_text", "--db", str(db), "--task-dir", task_dir]) == 0
+    )
     assert lm_eval_rows(db) == in_process
     assert "largest difference from its stored quality metrics 0" in capsys.readouterr().err
 

@@ -1,6 +1,6 @@
 """Every registered method under the protocol on a tiny model, and the pieces the methods share.
 
-    python -m pytest -q tests/test_methods.py
+python -m pytest -q tests/test_methods.py
 """
 
 import copy
@@ -13,7 +13,6 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from clbench.arith import char_tokenizer
 from clbench.data import Example, TaskData, encode_examples
 from clbench.errors import ClbenchError
-from clbench.evaluate import score
 from clbench.expand import expand
 from clbench.explain import load_new_rows
 from clbench.method import methods
@@ -30,9 +29,17 @@ def tiny_base(tied: bool) -> Base:
     torch.manual_seed(0)
     tokenizer = char_tokenizer()
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=D, intermediate_size=MLP, num_hidden_layers=LAYERS,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32, tie_word_embeddings=tied,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=D,
+        intermediate_size=MLP,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+        tie_word_embeddings=tied,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
     )
     model = LlamaForCausalLM(config).eval()
     return Base("tiny", model, tokenizer, fingerprint(model))
@@ -59,8 +66,14 @@ def expected_trainable(name: str, tied: bool, old_vocab: int, n_new: int) -> int
     lora = LAYERS * rank * (4 * (D + D) + 3 * (D + MLP)) + n_new * D * (1 if tied else 2)
     prompt = methods().get("pt").config_cls().virtual_tokens * D
     counts = {
-        "et": n_new * D, "et-dict": n_new * old_vocab, "et-out": 2 * n_new * D, "ewc": every_weight,
-        "fft": every_weight, "replay": every_weight, "lora": lora, "pt": prompt + n_new * D,
+        "et": n_new * D,
+        "et-dict": n_new * old_vocab,
+        "et-out": 2 * n_new * D,
+        "ewc": every_weight,
+        "fft": every_weight,
+        "replay": every_weight,
+        "lora": lora,
+        "pt": prompt + n_new * D,
     }
     assert name in counts, f"method {name!r} has no contract in this test: add its trainable count here"
     return counts[name]
@@ -84,15 +97,28 @@ def test_every_method_keeps_its_contract(name, tied, tmp_path):
         return seen["adapter"]
 
     budget = Budget(n_train=6, steps=3, batch_size=4, eval_batch_size=8)
-    values = adapt_and_evaluate(base, data, dataclasses.replace(spec, setup=setup), spec.config(), budget, "random", 0, Session(),
-                                rows_path=tmp_path / "rows.safetensors")
+    values = adapt_and_evaluate(
+        base,
+        data,
+        dataclasses.replace(spec, setup=setup),
+        spec.config(),
+        budget,
+        "random",
+        0,
+        Session(),
+        rows_path=tmp_path / "rows.safetensors",
+    )
     model, expansion = seen["model"], seen["expansion"]
     old, new = expansion.old_vocab, slice(expansion.old_vocab, expansion.new_vocab)
 
     assert values["trainable_params"] == expected_trainable(name, tied, old, len(data.new_tokens))
     embedding, head = head_and_embedding(model)
     tokens, stored = load_new_rows(tmp_path / "rows.safetensors")
-    assert tokens == ["<spec>"] and torch.equal(stored["input"], embedding[new]) and torch.equal(stored["output"], head[new])
+    assert (
+        tokens == ["<spec>"]
+        and torch.equal(stored["input"], embedding[new])
+        and torch.equal(stored["output"], head[new])
+    )
     if name not in ET_FAMILY:
         return
     # ET family: every base weight bit-identical, old rows included; only new rows moved
@@ -105,7 +131,9 @@ def test_every_method_keeps_its_contract(name, tied, tmp_path):
     assert values["forgetting_oldvocab"] == 0.0 and values["old_skill_acc_delta"] == 0.0
     if name == "et-out":  # its own output row, trained, distinct from the input row even when tied
         adapter = seen["adapter"]
-        assert torch.equal(head[new], adapter.out_rows.detach()) and torch.equal(embedding[new], adapter.rows.weight.detach())
+        assert torch.equal(head[new], adapter.out_rows.detach()) and torch.equal(
+            embedding[new], adapter.rows.weight.detach()
+        )
         assert not torch.equal(head[new], embedding[new]) and head.data_ptr() != embedding.data_ptr()
     elif not tied:  # ET's untied new output row is never trained: still its initialisation
         assert torch.equal(head[new], seen["before"]["lm_head.weight"][new])
@@ -128,7 +156,9 @@ def test_lora_merge_keeps_the_trained_rows():
     assert torch.allclose(unmerged, merged, atol=1e-5)
     assert type(merged_model.get_input_embeddings()) is torch.nn.Embedding
     assert not torch.equal(merged_model.get_input_embeddings().weight[expansion.old_vocab], initial)
-    assert torch.equal(merged_model.get_input_embeddings().weight[: expansion.old_vocab], base.model.get_input_embeddings().weight)
+    assert torch.equal(
+        merged_model.get_input_embeddings().weight[: expansion.old_vocab], base.model.get_input_embeddings().weight
+    )
 
 
 @pytest.mark.parametrize("name", methods().names())
@@ -142,8 +172,17 @@ def test_every_method_trains_float32_masters_of_a_bf16_model(name):
     params = [p for group in adapter.param_groups for p in group["params"]]
     assert params and {p.dtype for p in params} == {torch.float32}
     examples = encode_examples(tokenizer, tiny_data().train, 32)
-    result = train(model, adapter.param_groups, examples, steps=2, batch_size=4, lr=1e-3, seed=0,
-                   pad_id=tokenizer.pad_token_id, vocab_limit=expansion.old_vocab if spec.train_vocab == "old" else None)
+    result = train(
+        model,
+        adapter.param_groups,
+        examples,
+        steps=2,
+        batch_size=4,
+        lr=1e-3,
+        seed=0,
+        pad_id=tokenizer.pad_token_id,
+        vocab_limit=expansion.old_vocab if spec.train_vocab == "old" else None,
+    )
     assert result.steps == 2 and torch.isfinite(torch.tensor(result.final_loss))
 
 

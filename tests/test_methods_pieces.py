@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_methods import tiny_base
 
-from clbench.arith import char_tokenizer
 from clbench.cli import main
 from clbench.data import Example, collate, encode_examples
 from clbench.errors import ClbenchError
@@ -25,8 +25,6 @@ from clbench.sparse import omp
 from clbench.store import Store
 from clbench.sweep import curve, sweep
 from clbench.taskspec import load_tasks
-
-from test_methods import tiny_base
 
 ARITHMETIC_GENERATOR = Path(__file__).resolve().parent.parent / "tasks" / "arithmetic.py"
 
@@ -147,11 +145,17 @@ def test_describe_rows_on_a_known_dictionary():
     assert one[1] == "       ≈ 0.6·'a'   (residual 0.385)"  # 0.25 / ‖(0.6, 0, −0.25)‖ = 0.25 / 0.65
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["sweep", "--task", "arithmetic", "--method", "et", "--n", "10,0"], "--n must be comma-separated positive integers"),
-    (["sweep", "--task", "arithmetic", "--method", "et", "--n", "10,10"], "--n names a count twice"),
-    (["explain", "nope"], "r.duckdb does not exist"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["sweep", "--task", "arithmetic", "--method", "et", "--n", "10,0"],
+            "--n must be comma-separated positive integers",
+        ),
+        (["sweep", "--task", "arithmetic", "--method", "et", "--n", "10,10"], "--n names a count twice"),
+        (["explain", "nope"], "r.duckdb does not exist"),
+    ],
+)
 def test_cli_bad_input_is_one_line(argv, message, tmp_path, capsys):
     assert main([*argv, "--db", str(tmp_path / "r.duckdb")]) == 2
     err = capsys.readouterr().err

@@ -39,7 +39,9 @@ def test_token_nll_matches_hand_computation():
     # computed in float32: within a few ulps (2.4e-7 at 2.4) of the exact values
     assert nll.tolist() == pytest.approx(expected, rel=0, abs=5e-7)
     # target 0 in row 0 is the least likely: log(1 + e + e^2) - 0
-    assert M.token_nll(logits[:1], torch.tensor([0])).item() == pytest.approx(math.log(1 + math.e + math.e**2), abs=5e-7)
+    assert M.token_nll(logits[:1], torch.tensor([0])).item() == pytest.approx(
+        math.log(1 + math.e + math.e**2), abs=5e-7
+    )
 
 
 def test_token_nll_upcasts_half_logits_and_returns_float64():
@@ -108,7 +110,9 @@ def test_encode_puts_bos_prompt_completion_eos():
 
 def test_encode_plain_text_scores_everything_after_bos():
     tok = char_tokenizer()
-    assert encode_texts(tok, ["7*8=56"], 32) == [Encoded([BOS, digit(7), TIMES, digit(8), EQ, digit(5), digit(6), EOS], 1)]
+    assert encode_texts(tok, ["7*8=56"], 32) == [
+        Encoded([BOS, digit(7), TIMES, digit(8), EQ, digit(5), digit(6), EOS], 1)
+    ]
 
 
 def test_encode_length_limit():
@@ -173,7 +177,7 @@ def test_epoch_batches_every_index_once_per_epoch(n, batch_size, steps):
     # a trailing partial epoch repeats nothing
     tail = stream[complete * n :]
     assert len(set(tail)) == len(tail)
-    assert Counter(stream) == Counter({i: complete for i in range(n)}) + Counter(tail)
+    assert Counter(stream) == Counter(dict.fromkeys(range(n), complete)) + Counter(tail)
 
 
 def test_epoch_batches_deterministic_per_seed():

@@ -6,13 +6,12 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import arithmetic_raw, write_task
 
 from clbench.arith import MUL_PAIRS, char_tokenizer, mul_pairs_seen
 from clbench.errors import ClbenchError
 from clbench.registry import Registry
 from clbench.taskspec import builtin_task_dir, load_task_file, load_tasks
-
-from conftest import arithmetic_raw, write_task
 
 # ---------------------------------------------------------------- Registry
 
@@ -120,7 +119,9 @@ def test_wrong_type(tmp_path):
 def test_zero_steps(tmp_path):
     raw = arithmetic_raw()
     raw["budget"]["steps"] = 0
-    with pytest.raises(ClbenchError, match=r"^task file arithmetic\.yaml: budget\.steps: Input should be greater than 0$"):
+    with pytest.raises(
+        ClbenchError, match=r"^task file arithmetic\.yaml: budget\.steps: Input should be greater than 0$"
+    ):
         _load(tmp_path, raw)
 
 
@@ -144,7 +145,9 @@ def test_yaml_that_is_not_a_mapping(tmp_path):
 
 
 def test_file_name_must_be_task_name(tmp_path):
-    with pytest.raises(ClbenchError, match=re.escape("task file other.yaml: the file name must be the task name (arithmetic.yaml)")):
+    with pytest.raises(
+        ClbenchError, match=re.escape("task file other.yaml: the file name must be the task name (arithmetic.yaml)")
+    ):
         _load(tmp_path, arithmetic_raw(), name="other")
 
 
@@ -171,7 +174,9 @@ def test_wrong_param_type_raised_at_resolve(tmp_path):
 
 def test_unknown_profile(tmp_path):
     task = _load(tmp_path, arithmetic_raw())
-    with pytest.raises(ClbenchError, match=r"^task 'arithmetic' has no profile 'nope' \(profiles: (.*, )?paper(, .*)?\)$"):
+    with pytest.raises(
+        ClbenchError, match=r"^task 'arithmetic' has no profile 'nope' \(profiles: (.*, )?paper(, .*)?\)$"
+    ):
         task.resolved("nope")
 
 
@@ -240,8 +245,13 @@ def test_builtin_task_file(path):
         assert budget.n_train <= (min(len(s.train) for s in data.stages) if data.stages else len(data.train)), profile
         # every target example shows a new token; plain target text (prompt "") as a set does
         for e in data.target_test:
-            assert e.prompt == "" or any(mentions(e.prompt, t, data.whole_word_tokens) for t in data.new_tokens), (profile, e)
-        assert any(mentions(e.completion, t, data.whole_word_tokens) for e in data.target_test for t in data.new_tokens) or all(e.prompt for e in data.target_test)
+            assert e.prompt == "" or any(mentions(e.prompt, t, data.whole_word_tokens) for t in data.new_tokens), (
+                profile,
+                e,
+            )
+        assert any(
+            mentions(e.completion, t, data.whole_word_tokens) for e in data.target_test for t in data.new_tokens
+        ) or all(e.prompt for e in data.target_test)
         for text in data.old_text:
             assert not any(mentions(text, t, data.whole_word_tokens) for t in data.new_tokens), (profile, text)
 

@@ -7,6 +7,7 @@ import os
 
 import pytest
 import torch
+from conftest import HIDDEN, run_row, tiny_llama
 
 from clbench.arith import char_tokenizer
 from clbench.errors import ClbenchError
@@ -16,12 +17,15 @@ from clbench.store import Store
 from clbench.taskspec import load_task_file
 from clbench.train import epoch_batches
 
-from conftest import HIDDEN, run_row, tiny_llama
-
 
 def results(store: Store) -> list[tuple]:
-    frame = store.query("SELECT run_id, task, method, model, seed, metric, value, status FROM results ORDER BY run_id, metric")
-    return [tuple(None if isinstance(v, float) and math.isnan(v) else v for v in row) for row in frame.itertuples(index=False)]
+    frame = store.query(
+        "SELECT run_id, task, method, model, seed, metric, value, status FROM results ORDER BY run_id, metric"
+    )
+    return [
+        tuple(None if isinstance(v, float) and math.isnan(v) else v for v in row)
+        for row in frame.itertuples(index=False)
+    ]
 
 
 def test_round_trip(tmp_path):
@@ -75,7 +79,11 @@ def test_corrupt_file_is_an_error_and_left_alone(tmp_path):
     junk = os.urandom(8192)
     path.write_bytes(junk)
     store = Store(path)
-    for attempt in (lambda: store.status("r1"), lambda: store.query("SELECT 1"), lambda: store.record(run_row("r1"), {"a": 1.0})):
+    for attempt in (
+        lambda: store.status("r1"),
+        lambda: store.query("SELECT 1"),
+        lambda: store.record(run_row("r1"), {"a": 1.0}),
+    ):
         with pytest.raises(ClbenchError, match=r"^cannot open results database .*corrupt\.duckdb: "):
             attempt()
     assert path.read_bytes() == junk
@@ -97,8 +105,14 @@ TIMING = {"train_seconds", "tokens_per_second", "peak_mem_mb"}
 
 def _run(task_file, method: str, store: Store, session: Session | None = None, model: str = "builtin:tiny", **kwargs):
     return run_one(
-        load_task_file(task_file), methods().get(method), seed=0, store=store,
-        session=session or Session(), model=model, n_train=8, **kwargs,
+        load_task_file(task_file),
+        methods().get(method),
+        seed=0,
+        store=store,
+        session=session or Session(),
+        model=model,
+        n_train=8,
+        **kwargs,
     )
 
 
@@ -117,7 +131,9 @@ def test_et_run_end_to_end(tmp_path, tiny_builtin, small_task_file, model):
     # tokens_seen: the non-padding tokens of the 3 × 4 sequences the seed-0 batch order picks
     task = load_task_file(small_task_file)
     train = task.build(task.resolved()[2], char_tokenizer()).train[:8]
-    lengths = [1 + len(e.prompt) - len("<spec>") + 1 + len(e.completion) + 1 for e in train]  # bos … eos, <spec> one token
+    lengths = [
+        1 + len(e.prompt) - len("<spec>") + 1 + len(e.completion) + 1 for e in train
+    ]  # bos … eos, <spec> one token
     order = [i for batch in epoch_batches(8, 4, 3, torch.Generator().manual_seed(0)) for i in batch]
     assert values["tokens_seen"] == sum(lengths[i] for i in order)
     assert {"target_acc_seen", "target_acc_unseen"} <= set(values)
@@ -166,6 +182,13 @@ def test_a_diverged_run_is_recorded_as_failed(tmp_path, tiny_builtin, small_task
 
 def test_n_train_beyond_the_pool_is_an_error(tmp_path, tiny_builtin, small_task_file):
     with pytest.raises(ClbenchError, match=r"n_train 10000 exceeds the \d+ training examples"):
-        run_one(load_task_file(small_task_file), methods().get("et"), seed=0, store=Store(tmp_path / "r.duckdb"),
-                session=Session(), model="builtin:tiny", n_train=10000)
+        run_one(
+            load_task_file(small_task_file),
+            methods().get("et"),
+            seed=0,
+            store=Store(tmp_path / "r.duckdb"),
+            session=Session(),
+            model="builtin:tiny",
+            n_train=10000,
+        )
     assert not (tmp_path / "r.duckdb").exists()

@@ -25,9 +25,19 @@ def _isolated_cache(tmp_path, monkeypatch):
 
 def tiny_session() -> Session:
     tokenizer = char_tokenizer()
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32, tie_word_embeddings=False,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     torch.manual_seed(0)
     model = LlamaForCausalLM(config).eval()
     session = Session()
@@ -38,8 +48,11 @@ def tiny_session() -> Session:
 @pytest.fixture
 def tiny_task(tmp_path):
     spec = yaml.safe_load((builtin_task_dir() / "sequential.yaml").read_text())
-    spec.update(name="sequential-tiny", generator=f"{builtin_task_dir() / 'sequential.py'}:build",
-                budget={"n_train": 16, "steps": 4, "batch_size": 8, "eval_batch_size": 64})
+    spec.update(
+        name="sequential-tiny",
+        generator=f"{builtin_task_dir() / 'sequential.py'}:build",
+        budget={"n_train": 16, "steps": 4, "batch_size": 8, "eval_batch_size": 64},
+    )
     spec["params"].update(n_test=12, n_pool=16, n_old_skill=10, n_old_text=10, n_replay=0)
     path = tmp_path / "sequential-tiny.yaml"
     path.write_text(yaml.safe_dump(spec))

@@ -5,7 +5,6 @@ clbench.arith.char_tokenizer(); corpora are the packaged ones, read offline.
 """
 
 import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
@@ -29,15 +28,27 @@ def byte_bpe(texts: list[str], vocab_size: int = 400) -> PreTrainedTokenizerFast
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<pad>", "<bos>", "<eos>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<pad>", "<bos>", "<eos>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tokenizer.train_from_iterator(texts, trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>")
 
 
 def tiny_model(tokenizer) -> LlamaForCausalLM:
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(0)
     return LlamaForCausalLM(config)
 
@@ -54,10 +65,13 @@ ENGLISH = corpora.documents("dataset-build:eng")[:60]
 
 # ---- corpora ---------------------------------------------------------------------------------
 
+
 def test_prose_paragraphs_drop_the_preamble_and_markdown():
-    text = ("Of course. Here is 30,000 words of text.\n\n## 1. A heading\n\n"
-            "**Bold lead-in:** a paragraph of running text that is long enough to be kept as prose by the filter.\n"
-            "* a list item that is not prose at all, even though it is fairly long, long, long, long.\n\n---\n\nshort one.\n")
+    text = (
+        "Of course. Here is 30,000 words of text.\n\n## 1. A heading\n\n"
+        "**Bold lead-in:** a paragraph of running text that is long enough to be kept as prose by the filter.\n"
+        "* a list item that is not prose at all, even though it is fairly long, long, long, long.\n\n---\n\nshort one.\n"
+    )
     assert corpora.prose_paragraphs(text) == [
         "Bold lead-in: a paragraph of running text that is long enough to be kept as prose by the filter."
     ]
@@ -84,12 +98,15 @@ def test_chunks_are_whole_words_ending_at_sentence_ends_where_they_can():
     assert corpora.chunks("Supercalifragilistic word.", 10) == ["Supercalifragilistic", "word."]
 
 
-@pytest.mark.parametrize("source, message", [
-    ("nope:x", "unknown corpus source 'nope:x'"),
-    ("dataset-build:xyz", "corpus dataset-build:xyz: no such language"),
-    ("wiki-offline:zz-zz", "corpus wiki-offline:zz-zz: no such locale"),
-    ("hf:only-one-part", "expected hf:<dataset>[:<config>]:<split>"),
-])
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ("nope:x", "unknown corpus source 'nope:x'"),
+        ("dataset-build:xyz", "corpus dataset-build:xyz: no such language"),
+        ("wiki-offline:zz-zz", "corpus wiki-offline:zz-zz: no such locale"),
+        ("hf:only-one-part", "expected hf:<dataset>[:<config>]:<split>"),
+    ],
+)
 def test_bad_corpus_names_are_one_line_errors(source, message):
     with pytest.raises(ClbenchError, match=message.replace("[", r"\[").replace("]", r"\]")):
         corpora.documents(source)
@@ -108,11 +125,15 @@ def test_an_unreachable_hub_dataset_fails_fast_with_the_offline_alternative(monk
 
     monkeypatch.setattr(hub, "reachable", lambda: False)
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", datasets.config.HF_HUB_OFFLINE)
-    with pytest.raises(ClbenchError, match=r"cannot read corpus 'hf:clbench-no-such/dataset:train'.*offline, use the task's default profile"):
+    with pytest.raises(
+        ClbenchError,
+        match=r"cannot read corpus 'hf:clbench-no-such/dataset:train'.*offline, use the task's default profile",
+    ):
         corpora.documents("hf:clbench-no-such/dataset:train")
 
 
 # ---- whole-word new tokens --------------------------------------------------------------------
+
 
 def test_a_whole_word_token_is_one_token_only_as_a_word():
     tokenizer = byte_bpe(ENGLISH)
@@ -121,7 +142,9 @@ def test_a_whole_word_token_is_one_token_only_as_a_word():
     expansion = expand(model, tokenizer, ["glorp"], init="subword-mean", seed=0, whole_words=True)
     new = expansion.new_ids[0]
     ids = tokenizer.encode("the glorp sat", add_special_tokens=False)
-    assert ids == tokenizer.encode("the", add_special_tokens=False) + [new] + tokenizer.encode(" sat", add_special_tokens=False)
+    assert ids == tokenizer.encode("the", add_special_tokens=False) + [new] + tokenizer.encode(
+        " sat", add_special_tokens=False
+    )
     assert new not in tokenizer.encode("the glorpy sat, aglorp", add_special_tokens=False)
     # its row starts as the mean of the rows of " glorp"'s pieces, leading space included
     rows = model.get_input_embeddings().weight
@@ -129,6 +152,7 @@ def test_a_whole_word_token_is_one_token_only_as_a_word():
 
 
 # ---- pseudo-words -----------------------------------------------------------------------------
+
 
 def test_pseudowords_are_new_single_tokens_in_real_sentences():
     gen = generator("pseudowords")
@@ -146,7 +170,9 @@ def test_pseudowords_are_new_single_tokens_in_real_sentences():
     expansion = expand(tiny_model(tokenizer), tokenizer, data.new_tokens, init="random", seed=0, whole_words=True)
     for example in data.train[:50] + data.target_test:
         ids = tokenizer.encode(example.prompt + example.completion, add_special_tokens=False)
-        assert [i for i in ids if i >= expansion.old_vocab] == [expansion.new_ids[data.new_tokens.index(example.prompt.split()[-1])]]
+        assert [i for i in ids if i >= expansion.old_vocab] == [
+            expansion.new_ids[data.new_tokens.index(example.prompt.split()[-1])]
+        ]
 
 
 def test_pseudowords_train_and_target_come_from_different_documents():
@@ -154,16 +180,22 @@ def test_pseudowords_train_and_target_come_from_different_documents():
     data = gen.build(gen.Params(n_words=10, n_target=1000), char_tokenizer())
     train_docs, test_docs = corpora.split(corpora.documents("dataset-build:eng"), 0.2, salt="pseudowords")
     in_test = lambda e: any(e.completion.strip() in d for d in test_docs)
-    assert all(in_test(e) for e in data.target_test[:30]) and not any(in_test(e) for e in data.train[:30] if len(e.completion) > 30)
+    assert all(in_test(e) for e in data.target_test[:30]) and not any(
+        in_test(e) for e in data.train[:30] if len(e.completion) > 30
+    )
 
 
 def test_pseudowords_are_deterministic():
     gen = generator("pseudowords")
-    assert gen.pseudowords(char_tokenizer(), set(), 0)[:5] == gen.pseudowords(char_tokenizer(), set(), 0)[:5] == [
-        "veestee", "gaiklup", "kopik", "dresurp", "sniglex"]
+    assert (
+        gen.pseudowords(char_tokenizer(), set(), 0)[:5]
+        == gen.pseudowords(char_tokenizer(), set(), 0)[:5]
+        == ["veestee", "gaiklup", "kopik", "dresurp", "sniglex"]
+    )
 
 
 # ---- cross-lingual ----------------------------------------------------------------------------
+
 
 def test_xling_new_tokens_are_frequent_whole_words_the_base_splits():
     gen = generator("xling")

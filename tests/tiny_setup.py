@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import tiny_llama
 
 from clbench.arith import char_tokenizer
 from clbench.taskspec import builtin_task_dir
-from conftest import tiny_llama
 
 TASK = "tiny-arith"
 BUDGET = {"n_train": 16, "steps": 6, "batch_size": 4, "eval_batch_size": 64}
@@ -34,17 +34,24 @@ def save_tiny_model(path: Path, *, tokenizer=None) -> Path:
     return path
 
 
-def write_task(task_dir: Path, model: Path, *, name: str = TASK, budget: dict | None = None, params: dict | None = None,
-               **fields) -> Path:
+def write_task(
+    task_dir: Path, model: Path, *, name: str = TASK, budget: dict | None = None, params: dict | None = None, **fields
+) -> Path:
     """tasks/arithmetic.py's generator under the tiny budget; keyword fields override the file's top level
     (with another `generator`, `params` are that generator's alone)."""
     task_dir.mkdir(parents=True, exist_ok=True)
     shutil.copy(builtin_task_dir() / "arithmetic.py", task_dir / "arithmetic.py")
     arithmetic = "generator" not in fields
     spec = {
-        "name": name, "version": 1, "description": "arithmetic under a tiny budget, for tests",
-        "generator": "arithmetic.py:build", "model": str(model), "init": "random",
-        "budget": {**BUDGET, **(budget or {})}, "params": {**(PARAMS if arithmetic else {}), **(params or {})}, **fields,
+        "name": name,
+        "version": 1,
+        "description": "arithmetic under a tiny budget, for tests",
+        "generator": "arithmetic.py:build",
+        "model": str(model),
+        "init": "random",
+        "budget": {**BUDGET, **(budget or {})},
+        "params": {**(PARAMS if arithmetic else {}), **(params or {})},
+        **fields,
     }
     path = task_dir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -58,12 +65,20 @@ def cli_env(cache: Path, **extra: str) -> dict[str, str]:
 
 
 def clbench_process(args: list[str], env: dict[str, str], **popen) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "clbench.cli", *args], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
+    return subprocess.Popen(
+        [sys.executable, "-m", "clbench.cli", *args],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        **popen,
+    )
 
 
 def run_clbench(args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "clbench.cli", *args], env=env, text=True, capture_output=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "clbench.cli", *args], env=env, text=True, capture_output=True, timeout=timeout
+    )
 
 
 @dataclass(frozen=True)
@@ -77,7 +92,7 @@ class Tiny:
 
 @pytest.fixture(scope="session")
 def tiny_cli(tmp_path_factory) -> Tiny:
-    """The tiny model and the tiny-arith task, built once per test session (import this fixture)."""
+    """The tiny model and the tiny-arith task, built once per test session (conftest.py makes it a fixture)."""
     root = tmp_path_factory.mktemp("tiny")
     model = save_tiny_model(root / "model")
     write_task(root / "tasks", model)
