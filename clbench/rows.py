@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -39,4 +40,22 @@ class NewRows(nn.Module):
         self.embedding.weight[self.old_vocab : self.old_vocab + self.n_new] = self.rows().to(
             self.embedding.weight.dtype
         )
+        self._handle.remove()
+
+
+class NewLogits:
+    """A forward hook on the output head that computes the new tokens' logits from rows outside it.
+
+    The head's own matrix stays frozen and out of the graph, as the input side's does with NewRows;
+    logits of old tokens (and of a later stage's tokens) are the head's, untouched."""
+
+    def __init__(self, head: nn.Module, old_vocab: int, n_new: int, rows: Callable[[], torch.Tensor]):
+        self.old_vocab, self.new_vocab, self.rows = old_vocab, old_vocab + n_new, rows
+        self._handle = head.register_forward_hook(self._substitute)
+
+    def _substitute(self, head, args, logits):
+        mine = F.linear(args[0], self.rows().to(args[0].dtype))
+        return torch.cat([logits[..., : self.old_vocab], mine.to(logits.dtype), logits[..., self.new_vocab :]], dim=-1)
+
+    def remove(self) -> None:
         self._handle.remove()
