@@ -6,13 +6,13 @@ so training uses the old-vocabulary softmax (p(u | ·) = 0) and old text is scor
 
 from dataclasses import dataclass, field
 
-from clbench.method import register_method
+from clbench.method import NEW_ROWS, register_method
 from clbench.rows import NewRows
 
 
 @dataclass(frozen=True)
 class ETConfig:
-    lr: float = field(default=3e-2, metadata={"help": "AdamW learning rate for the new rows"})
+    lr: float = field(default=3e-2, metadata={"help": "AdamW learning rate for the new rows", "grid": NEW_ROWS})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay, applied to the new rows only"})
 
 

@@ -20,7 +20,10 @@ from clbench.sparse import omp
 
 @dataclass(frozen=True)
 class ETDictConfig:
-    lr: float = field(default=1e-1, metadata={"help": "AdamW learning rate for the dictionary weights α"})
+    lr: float = field(
+        default=1e-1,
+        metadata={"help": "AdamW learning rate for the dictionary weights α", "grid": (1e-2, 3e-2, 1e-1, 3e-1, 1.0)},
+    )
     s: int = field(default=4, metadata={"help": "non-zero weights per new row (top-s by magnitude)"})
 
     def __post_init__(self):

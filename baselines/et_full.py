@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from clbench.method import register_method
+from clbench.method import NEW_ROWS, register_method
 from clbench.rows import NewLogits, NewRows
 
 
 @dataclass(frozen=True)
 class ETFullConfig:
-    lr: float = field(default=3e-2, metadata={"help": "AdamW learning rate for the new rows"})
+    lr: float = field(default=3e-2, metadata={"help": "AdamW learning rate for the new rows", "grid": NEW_ROWS})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay, applied to the new rows only"})
 
 

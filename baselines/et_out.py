@@ -16,13 +16,15 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from clbench.method import register_method
+from clbench.method import NEW_ROWS, register_method
 from clbench.rows import NewRows
 
 
 @dataclass(frozen=True)
 class ETOutConfig:
-    lr: float = field(default=3e-2, metadata={"help": "AdamW learning rate for the new input and output rows"})
+    lr: float = field(
+        default=3e-2, metadata={"help": "AdamW learning rate for the new input and output rows", "grid": NEW_ROWS}
+    )
 
 
 class ETOut:

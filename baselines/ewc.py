@@ -21,14 +21,16 @@ from torch.func import functional_call, grad, vmap
 
 from clbench.data import Encoded, Padded
 from clbench.errors import ClbenchError
-from clbench.method import register_method
+from clbench.method import ALL_WEIGHTS, register_method
 from clbench.models import input_device
 from clbench.train import autocast
 
 
 @dataclass(frozen=True)
 class EWCConfig:
-    lr: float = field(default=1e-3, metadata={"help": "AdamW learning rate for all weights (as fft)"})
+    lr: float = field(
+        default=1e-3, metadata={"help": "AdamW learning rate for all weights (as fft)", "grid": ALL_WEIGHTS}
+    )
     # lam, measured on `clbench run --task arithmetic --set lam=…` (seed 0, offline defaults; fft = λ 0):
     #   λ         0      1e3    1e4    1e5    1e6    1e7
     #   target   0.58   0.577  0.56   0.583  0.58   0.507   (target_acc)

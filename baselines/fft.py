@@ -2,12 +2,12 @@
 
 from dataclasses import dataclass, field
 
-from clbench.method import register_method
+from clbench.method import ALL_WEIGHTS, register_method
 
 
 @dataclass(frozen=True)
 class FFTConfig:
-    lr: float = field(default=1e-3, metadata={"help": "AdamW learning rate for all weights"})
+    lr: float = field(default=1e-3, metadata={"help": "AdamW learning rate for all weights", "grid": ALL_WEIGHTS})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay on all weights"})
 
 

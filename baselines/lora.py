@@ -16,7 +16,13 @@ from clbench.method import register_method
 
 @dataclass(frozen=True)
 class LoRAConfig:
-    lr: float = field(default=3e-3, metadata={"help": "AdamW learning rate for adapters and new rows"})
+    lr: float = field(
+        default=3e-3,
+        metadata={
+            "help": "AdamW learning rate for adapters and new rows",
+            "grid": (3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2),
+        },
+    )
     rank: int = field(default=8, metadata={"help": "LoRA rank r"})
     alpha: float = field(default=16.0, metadata={"help": "LoRA alpha (the update is scaled by alpha / rank)"})
     targets: str = field(

@@ -17,13 +17,15 @@ import torch
 from peft import PromptTuningConfig
 from peft.tuners.prompt_tuning import PromptEmbedding
 
-from clbench.method import register_method
+from clbench.method import NEW_ROWS, register_method
 from clbench.rows import NewRows
 
 
 @dataclass(frozen=True)
 class PTConfig:
-    lr: float = field(default=3e-1, metadata={"help": "AdamW learning rate for the soft prompt and the new rows"})
+    lr: float = field(
+        default=3e-1, metadata={"help": "AdamW learning rate for the soft prompt and the new rows", "grid": NEW_ROWS}
+    )
     # 1 by default: the local arithmetic base only ever saw ~12 positions, and 8 virtual tokens
     # pushed the real ones past them (target_acc 0.13 vs 0.84 with 1, seed 0)
     virtual_tokens: int = field(

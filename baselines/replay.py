@@ -9,12 +9,12 @@ examples, so shuffled batches hold a fraction f of old text in expectation.
 from dataclasses import dataclass, field
 
 from clbench.errors import ClbenchError
-from clbench.method import register_method
+from clbench.method import ALL_WEIGHTS, register_method
 
 
 @dataclass(frozen=True)
 class ReplayConfig:
-    lr: float = field(default=1e-3, metadata={"help": "AdamW learning rate for all weights"})
+    lr: float = field(default=1e-3, metadata={"help": "AdamW learning rate for all weights", "grid": ALL_WEIGHTS})
     fraction: float = field(
         default=0.5, metadata={"help": "share of training examples that are replayed old text, in [0, 1)"}
     )

@@ -79,6 +79,12 @@ def build_parser() -> Parser:
     run.add_argument("--init", help="initialisation of the new rows (default: the task's)")
     run.add_argument("--n-train", type=positive_int, help="override the task's number of training examples")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="method option, e.g. lr=1e-3")
+    run.add_argument(
+        "--tuned",
+        action="store_true",
+        help="take each method's lr from `clbench tune`'s choice in --db (refused where there is none); "
+        "without it, the lr the task file ships for its profile, else the method's default",
+    )
     run.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code to run")
     run.add_argument("--device", default="auto", help="auto (the GPU if torch sees one), cpu, cuda or cuda:N")
     run.add_argument(
@@ -95,6 +101,21 @@ def build_parser() -> Parser:
         help="also score base and adapted model in-process with these lm-eval tasks, "
         "e.g. clbench_old_text,clbench_old_skill (shipped, offline) or any lm-eval task name (online)",
     )
+
+    tune = commands.add_parser(
+        "tune", help="choose each method's lr on the task's validation split (never its test sets); store the choice"
+    )
+    tune.add_argument("--task", required=True, help="one task name")
+    tune.add_argument("--method", required=True, help="method names, comma-separated, or 'all'")
+    tune.add_argument("--seeds", default="0", help="comma-separated seeds; the choice minimises their mean")
+    tune.add_argument("--grid", help="comma-separated learning rates (default: each method's declared grid)")
+    tune.add_argument("--model", help="base model (default: the task's)")
+    tune.add_argument("--profile", help="a task profile")
+    tune.add_argument("--init", help="initialisation of the new rows (default: the task's)")
+    tune.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="another method option")
+    tune.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    tune.add_argument("--db", **db)
+    tune.add_argument("--task-dir", **task_dir)
 
     ls = commands.add_parser("ls", help="list tasks or methods")
     ls.add_argument("what", choices=["tasks", "methods"])
@@ -205,6 +226,7 @@ def cmd_run(args) -> int:
             "options": options,
             "init": args.init,
             "n_train": args.n_train,
+            "tuned": store.tuned_lr if args.tuned else None,
         }
         for task_name in task_names
         for method_name in method_names
@@ -245,6 +267,42 @@ def cmd_run(args) -> int:
     failed = report_statuses([o.status for o in outcomes], args.db)
     print(summary(store, [o.run_id for o in outcomes]))
     return 1 if failed else 0
+
+
+def cmd_tune(args) -> int:
+    from clbench.method import methods
+    from clbench.models import resolve_device
+    from clbench.protocol import Session
+    from clbench.store import Store
+    from clbench.taskspec import load_tasks
+    from clbench.tune import table, tune
+
+    task, registry = load_tasks(args.task_dir).get(args.task), methods()
+    chosen = [registry.get(name) for name in registry.resolve(args.method)]
+    options = parse_options(args.set)
+    if options and len(chosen) > 1:
+        raise ClbenchError("--set applies to one method; name a single --method with it")
+    grid = parse_grid(args.grid) if args.grid else None
+    seeds = parse_seeds(args.seeds)
+    resolve_device(args.device)
+    store = Store(args.db)
+    store.check()
+    choices = tune(
+        task, chosen, seeds=seeds, store=store, session=Session(device=args.device), grid=grid, options=options,
+        model=args.model, profile=args.profile, init=args.init,
+    )  # fmt: skip
+    print(table(choices))
+    return 0
+
+
+def parse_grid(text: str) -> list[float]:
+    try:
+        grid = [float(s) for s in text.split(",")]
+    except ValueError:
+        raise ClbenchError(f"--grid must be comma-separated learning rates, got {text!r}") from None
+    if any(not (lr > 0 and lr < float("inf")) for lr in grid) or len(set(grid)) != len(grid):
+        raise ClbenchError(f"--grid must be distinct positive finite learning rates, got {text!r}")
+    return grid
 
 
 def report_statuses(statuses: list[str], db: str) -> int:
@@ -458,6 +516,7 @@ COMMANDS = {
     "results": cmd_results,
     "build-base": cmd_build_base,
     "sweep": cmd_sweep,
+    "tune": cmd_tune,
     "explain": cmd_explain,
     "leaderboard": cmd_leaderboard,
     "lm-eval": cmd_lm_eval,

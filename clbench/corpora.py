@@ -45,6 +45,10 @@ class TextParams(BaseModel):
     n_old_text: PositiveInt = 100
     old_text_chars: PositiveInt = 300
     n_replay: int = 200
+    n_validation: int = Field(
+        32, ge=0, description="held-out target-like examples for `clbench tune`, disjoint from the target set"
+    )
+    n_validation_old: int = Field(32, ge=0, description="old-text passages for `clbench tune`, disjoint from old_text")
     test_fraction: float = Field(0.2, gt=0, lt=1)
     corpus_documents: int | None = Field(
         None, description="read only the first n documents of each corpus (hub corpora)"
@@ -77,6 +81,13 @@ def split(docs: list[str], test_fraction: float, salt: str = "") -> tuple[list[s
 
     test = [d for d in docs if is_test(d)]
     return [d for d in docs if not is_test(d)], test
+
+
+def validation_leads(docs: list[str], params: TextParams, old_text: list[str], avoid: list[str] = ()) -> list[str]:
+    """validation_old_text: leads of the old-text documents that are not old_text, drawn by a
+    random stream of their own, so adding them changed none of a task's other sets."""
+    rng = random.Random(f"{params.data_seed}-validation")
+    return leads(docs, params.n_validation_old, params.old_text_chars, rng, avoid=avoid, exclude=old_text)
 
 
 def sentences(doc: str) -> list[str]:
@@ -170,9 +181,13 @@ def _hub(source: str, spec: str, limit: int | None) -> list[str]:
     return docs
 
 
-def leads(docs: list[str], n: int, max_chars: int, rng: random.Random, avoid: list[str] = ()) -> list[str]:
+def leads(
+    docs: list[str], n: int, max_chars: int, rng: random.Random, avoid: list[str] = (), exclude: list[str] = ()
+) -> list[str]:
     """The opening chunk of n documents drawn at random, skipping any that contains a word of
-    `avoid` as a whole word: old text that shows none of a task's new words."""
+    `avoid` as a whole word (old text that shows none of a task's new words) and any in `exclude`."""
     avoided = re.compile(r"\b(?:" + "|".join(map(re.escape, avoid)) + r")\b") if avoid else None
+    excluded = set(exclude)
     openings = [c for c in (chunks(d, max_chars)[0] for d in docs) if not (avoided and avoided.search(c))]
+    openings = [c for c in openings if c not in excluded]
     return rng.sample(openings, min(n, len(openings)))

@@ -51,6 +51,27 @@ class TaskData:
     # a sequential task: stages trained in order (new_tokens, train and target_test above are
     # their concatenations); after each stage every stage's target set is evaluated
     stages: list[Stage] = field(default_factory=list)
+    # held out like target_test, for choosing hyperparameters (`clbench tune`): disjoint from train,
+    # target_test, old_text and replay_text, so no choice is ever made on what is reported
+    validation: list[Example] = field(default_factory=list)
+    validation_old_text: list[str] = field(default_factory=list)
+    # where the task knows what a new token stands for: target_test with each new token replaced by
+    # its meaning (pseudowords: the word it replaced; arithmetic: `*`), one per target example, same
+    # completions. The base on these is the "as good as the word it stands for" reference.
+    target_oracle: list[Example] = field(default_factory=list)
+
+    def check(self, task: str) -> None:
+        """What a generator must guarantee about its splits; a violation is the generator's bug."""
+        if self.target_oracle and (
+            len(self.target_oracle) != len(self.target_test)
+            or any(o.completion != t.completion for o, t in zip(self.target_oracle, self.target_test))
+        ):
+            raise ClbenchError(f"task {task!r}: target_oracle must pair each target example, with its completion")
+        pairs = lambda examples: {(e.prompt, e.completion) for e in examples}
+        if pairs(self.validation) & (pairs(self.target_test) | pairs(self.train)):
+            raise ClbenchError(f"task {task!r}: validation examples overlap the target or training set")
+        if set(self.validation_old_text) & (set(self.old_text) | set(self.replay_text)):
+            raise ClbenchError(f"task {task!r}: validation_old_text overlaps old_text or replay_text")
 
     def fingerprint(self) -> str:
         blob = json.dumps(asdict(self), sort_keys=True, ensure_ascii=False).encode()

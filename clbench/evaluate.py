@@ -29,6 +29,7 @@ class Scores:
     n_full: int
     hits_old: torch.Tensor  # [n_examples] bool, old-vocabulary argmax
     hits_full: torch.Tensor  # [n_examples] bool, full-vocabulary argmax
+    top1_old: torch.Tensor  # [n_examples] bool, old-vocabulary argmax right at the first completion position
 
     @property
     def loss_old(self) -> float:
@@ -54,7 +55,7 @@ def _head(model, hidden: torch.Tensor, rows: int | None) -> torch.Tensor:
 def score(model, encoded: list[Encoded], *, old_vocab: int, pad_id: int, batch_size: int) -> Scores:
     if not encoded:
         empty = torch.zeros(0, dtype=torch.bool)
-        return Scores(0.0, 0, 0.0, 0, empty, empty)
+        return Scores(0.0, 0, 0.0, 0, empty, empty, empty)
     was_training = model.training
     model.eval()
     device = input_device(model)  # a model placed with device_map spans devices: inputs go to the embedding's
@@ -101,11 +102,13 @@ def score(model, encoded: list[Encoded], *, old_vocab: int, pad_id: int, batch_s
         example_of.append(rows)
     model.train(was_training)
     example_of = torch.cat(example_of).cpu()
+    correct_old = torch.cat(correct_old).cpu()
     return Scores(
         nll_old,
         n_old,
         nll_full,
         n_full,
-        metrics.exact_match(torch.cat(correct_old).cpu(), example_of, len(encoded)),
+        metrics.exact_match(correct_old, example_of, len(encoded)),
         metrics.exact_match(torch.cat(correct_full).cpu(), example_of, len(encoded)),
+        metrics.first_match(correct_old, example_of, len(encoded)),
     )

@@ -23,7 +23,7 @@ from matplotlib import rc_context
 from matplotlib.figure import Figure
 
 from clbench.metrics import METRICS, higher_is_better
-from clbench.store import Store, now
+from clbench.store import REPORTED, Store, now
 
 KEY = ["task", "method", "model", "settings", "n_train"]
 QUALITY = ("target_acc", "target_loss")  # what the plots put against forgetting, the first that ranks the runs
@@ -65,7 +65,8 @@ def arrow(metric: str) -> str:
 def load(store: Store) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """→ (values: one row per finished run × metric, with provenance; runs kept out with reasons; all runs)."""
     runs = store.query(
-        "SELECT run_id, task, method, model, seed, status, reason, config, versions, git_commit, finished_at FROM runs"
+        "SELECT run_id, task, method, model, seed, status, reason, config, versions, git_commit, finished_at FROM runs "
+        f"WHERE {REPORTED}"
     )
     values = store.query("SELECT run_id, metric, value FROM results WHERE status = 'finished' AND metric IS NOT NULL")
     configs = runs.config.map(json.loads)

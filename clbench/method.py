@@ -50,6 +50,12 @@ class MethodSpec:
     train_vocab: Literal["old", "full"]  # "old": training softmax over V only (p(u|·) = 0)
     description: str
 
+    @property
+    def lr_grid(self) -> tuple[float, ...]:
+        """The learning rates `clbench tune` tries by default: the `grid` metadata of the lr field."""
+        lr = next(f for f in dataclasses.fields(self.config_cls) if f.name == "lr")
+        return tuple(lr.metadata.get("grid", ()))
+
     def config(self, overrides: dict[str, Any] | None = None):
         fields = {f.name: f for f in dataclasses.fields(self.config_cls)}
         overrides = overrides or {}
@@ -76,6 +82,13 @@ def _coerce(field: dataclasses.Field, value: Any, method: str) -> Any:
             ) from None
     return value
 
+
+# lr grids for `clbench tune`, half-decade steps, declared on each method's `lr` field
+# (metadata "grid"). Wide enough to hold the optimum from a 530k-parameter model to an 8B one:
+# full fine-tuning from 1e-6 (large models) to 1e-3 (the small arithmetic base); new rows alone
+# sit in an embedding space of norm ~1 and take much larger steps.
+NEW_ROWS = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1)
+ALL_WEIGHTS = (1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3)
 
 METHODS: Registry[MethodSpec] = Registry("method")
 

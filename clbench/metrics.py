@@ -95,6 +95,26 @@ def mean_nll(nll_sum: float, n_tokens: int) -> float:
     return nll_sum / n_tokens if n_tokens else float("nan")
 
 
+def first_match(correct: torch.Tensor, example_of: torch.Tensor, n_examples: int) -> torch.Tensor:
+    """An example is right iff the argmax at its first scored position (the next token after the
+    prompt) is right: a top-1 accuracy that varies where whole-completion exact match is always 0.
+
+    correct [P] bool, example_of [P] example index of each position, positions of one example in order."""
+    index = torch.arange(len(example_of))
+    first = torch.full((n_examples,), len(example_of), dtype=torch.long).scatter_reduce(
+        0, example_of, index, reduce="amin"
+    )
+    return torch.cat([correct, torch.zeros(1, dtype=torch.bool)])[first]  # an example with no position: wrong
+
+
+def gap_closed(method_loss: float, no_learning: float, oracle: float) -> float:
+    """(no_learning − method) / (no_learning − oracle): 0 = learned nothing, 1 = as good as the base
+    reading what each new token stands for; > 1 beats that oracle, < 0 is worse than not learning.
+    NaN where the oracle is no better than not learning (no gap to close)."""
+    gap = no_learning - oracle
+    return (no_learning - method_loss) / gap if gap > 0 else float("nan")
+
+
 def exact_match(correct: torch.Tensor, example_of: torch.Tensor, n_examples: int) -> torch.Tensor:
     """An example is right iff every scored position's argmax is right.
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import hashlib
 import json
 import math
 import resource
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -188,7 +190,7 @@ def run_one(
             "reason": reason,
             "config": config,
             "model_fingerprint": base.fingerprint,
-            "data_fingerprint": data.fingerprint(),
+            "data_fingerprint": config["data_fingerprint"],
             "versions": versions(),
             "git_commit": git_commit(),
             "started_at": started,
@@ -219,8 +221,15 @@ def plan(
     options: dict | None = None,
     init: str | None = None,
     n_train: int | None = None,
+    split: str = "test",
+    tuned: Callable[[str], float | None] | None = None,
 ) -> Plan:
+    """split: "test" scores the task's target and old text; "validation" its validation split instead
+    (`clbench tune`; never reported as a result). tuned: tune key → the lr `clbench tune` chose, or
+    None; given, the run takes that lr (refused if there is none)."""
     # 1. resolve: everything that determines the result goes into the config, and the run_id hashes it
+    if split not in SPLITS:
+        raise ClbenchError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
     default_model, budget, params = task.resolved(profile)
     if n_train is not None:
         if n_train < 1:
@@ -229,9 +238,10 @@ def plan(
     init = init or task.spec.init
     if init not in INIT_STRATEGIES:
         raise ClbenchError(f"unknown init strategy {init!r}; known: {', '.join(INIT_STRATEGIES)}")
-    method_config = method.config(options)
+    method.config(options)  # bad options are refused before a model loads
     base = session.base(model or default_model)
-    data = session.data(task, params, base)
+    full = session.data(task, params, base)
+    data = validation_data(task, full) if split == "validation" else full
     if budget.n_train > len(data.train):
         raise ClbenchError(
             f"task {task.name!r}: n_train {budget.n_train} exceeds the {len(data.train)} training examples"
@@ -243,14 +253,24 @@ def plan(
         "params": params.model_dump(),
         "budget": budget.model_dump(),
         "method": method.name,
-        "method_config": asdict(method_config),
+        "method_config": None,  # below: its lr may depend on everything else
         "train_vocab": method.train_vocab,
         "model": base.ref,
         "init": init,
         "seed": seed,
         "model_fingerprint": base.fingerprint,
-        "data_fingerprint": data.fingerprint(),
+        "data_fingerprint": full.fingerprint(),  # the whole task data; `split` says which part is scored
+        "split": split,
     }
+    options = dict(options or {})
+    if "lr" not in options:
+        lr = chosen_lr(task, method, profile, base.ref == default_model, tune_key(config, options), tuned)
+        if lr is not None:
+            options["lr"] = lr
+    elif tuned is not None:
+        raise ClbenchError("the lr is given twice: by an option (lr=...) and by --tuned")
+    method_config = method.config(options)
+    config["method_config"] = asdict(method_config)
     run_id = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
     if hasattr(method.setup, "training_examples") and not data.replay_text:
         # the hook hands a method the task's old text (replay rehearses it, ewc estimates its Fisher on it);
@@ -274,6 +294,47 @@ def plan(
             )
     preflight(base, data, budget, init)
     return Plan(run_id, config, method_config, base, data, budget)
+
+
+SPLITS = ("test", "validation")
+
+
+def validation_data(task: Task, data: TaskData) -> TaskData:
+    """The task with its validation split in place of what is reported: target and old text."""
+    if not data.validation or not data.validation_old_text:
+        raise ClbenchError(
+            f"task {task.name!r} has no validation split (its generator gives no validation examples or "
+            "validation_old_text): its learning rates cannot be tuned"
+        )
+    return dataclasses.replace(
+        data, target_test=data.validation, old_text=data.validation_old_text, target_oracle=[], validation=[]
+    )
+
+
+def tune_key(config: dict, options: dict) -> str:
+    """What a tuned lr is chosen for: the run's whole config but its lr, seed and split (a
+    choice holds across seeds and is applied to the test split), and the other method options."""
+    key = {k: v for k, v in config.items() if k not in ("seed", "split", "method_config")}
+    key["options"] = {k: v for k, v in sorted(options.items()) if k != "lr"}
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def chosen_lr(task: Task, method: MethodSpec, profile, default_model: bool, key: str, tuned) -> float | None:
+    """The lr a run takes when no option sets it: `clbench tune`'s choice in the store (with
+    --tuned), else the task file's for this profile (tuned for its own model only), else None
+    (the method's default)."""
+    if tuned is not None:
+        lr = tuned(key)
+        if lr is None:
+            raise ClbenchError(
+                f"no tuned lr for {task.name} × {method.name} with this model, profile and budget in the "
+                f"results database: run `clbench tune --task {task.name} --method {method.name}` first"
+            )
+        return lr
+    shipped = task.lrs(profile)
+    if method.name in shipped and default_model:
+        return shipped[method.name]
+    return None
 
 
 def preflight(base: Base, data: TaskData, budget: Budget, init: str) -> None:

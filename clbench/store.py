@@ -37,7 +37,11 @@ from clbench.errors import ClbenchError
 from clbench.faults import fault_point
 from clbench.owner import Owner
 
-SCHEMA = """
+# the runs reported as results: a tuning run (config.split = 'validation') is scored on validation
+# data and never reported; runs from before the split existed scored the test sets
+REPORTED = "coalesce(json_extract_string(config, '$.split'), 'test') = 'test'"
+
+SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS runs (
     run_id VARCHAR PRIMARY KEY,
     task VARCHAR NOT NULL,
@@ -95,9 +99,22 @@ CREATE TABLE IF NOT EXISTS lm_eval (
     task_hash VARCHAR,            -- sha256 over documents, prompts and targets, as lm-eval's tracker computes it
     PRIMARY KEY (run_id, task, metric)
 );
+-- `clbench tune`: per (tune_key, method) the lr chosen on the validation split, and the search behind it
+CREATE TABLE IF NOT EXISTS tuned (
+    tune_key VARCHAR PRIMARY KEY, -- protocol.tune_key: the run config but lr, seed and split
+    task VARCHAR NOT NULL,
+    method VARCHAR NOT NULL,
+    model VARCHAR NOT NULL,
+    profile VARCHAR,
+    objective VARCHAR NOT NULL,   -- the validation metric minimised (the task's tune_metric)
+    lr DOUBLE NOT NULL,           -- the choice: lowest mean objective over the seeds; ties to the smaller lr
+    score DOUBLE NOT NULL,        -- its mean objective
+    search JSON NOT NULL,         -- [{{lr, seeds, mean, values, run_ids}}] for every grid point, in grid order
+    chosen_at TIMESTAMP NOT NULL
+);
 CREATE OR REPLACE VIEW results AS
     SELECT r.run_id, r.task, r.method, r.model, r.seed, m.metric, m.value, r.status
-    FROM runs r LEFT JOIN metrics m USING (run_id);
+    FROM runs r LEFT JOIN metrics m USING (run_id) WHERE {REPORTED};
 """
 
 LOCK_WAIT_SECONDS = 120.0
@@ -299,6 +316,29 @@ class Store:
                 [[run_id] + [r[c] for c in columns] for r in rows],
             )
             db.execute("COMMIT")
+
+    def record_tuned(self, row: dict) -> None:
+        """Insert or replace one tuning choice (a rerun of `clbench tune` replaces it)."""
+        row = dict(row, search=json.dumps(row["search"], sort_keys=True), chosen_at=now())
+        columns = list(row)
+        with self._connect() as db:
+            db.execute("BEGIN TRANSACTION")
+            db.execute("DELETE FROM tuned WHERE tune_key = ?", [row["tune_key"]])
+            db.execute(
+                f"INSERT INTO tuned ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                [row[c] for c in columns],
+            )
+            db.execute("COMMIT")
+
+    def tuned_lr(self, tune_key: str) -> float | None:
+        if not self.path.exists():
+            return None
+        with self._connect(read_only=True) as db:
+            try:
+                row = db.execute("SELECT lr FROM tuned WHERE tune_key = ?", [tune_key]).fetchone()
+            except duckdb.CatalogException:
+                return None  # a database from before `tune`, or an empty one
+        return row[0] if row else None
 
     def query(self, sql: str, params: list | None = None) -> pd.DataFrame:
         if not self.path.exists():

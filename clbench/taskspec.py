@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 
 from clbench.data import TaskData
 from clbench.errors import ClbenchError
@@ -40,6 +40,9 @@ class Profile(Strict):
     model: str | None = None
     budget: dict[str, int] = Field(default_factory=dict, description="overrides of budget fields")
     params: dict[str, Any] = Field(default_factory=dict, description="overrides of generator params")
+    lr: dict[str, PositiveFloat] = Field(
+        default_factory=dict, description="method → learning rate for this profile, chosen by `clbench tune`"
+    )
 
 
 class TaskSpec(Strict):
@@ -52,6 +55,13 @@ class TaskSpec(Strict):
     budget: Budget
     params: dict[str, Any] = Field(default_factory=dict)
     profiles: dict[str, Profile] = Field(default_factory=dict)
+    lr: dict[str, PositiveFloat] = Field(
+        default_factory=dict,
+        description="method → learning rate on the default model and budget, chosen by `clbench tune` on validation data",
+    )
+    tune_metric: str = Field(
+        "target_loss", description="what `clbench tune` minimises on the validation split (a lower-is-better metric)"
+    )
 
 
 @dataclass(frozen=True)
@@ -92,6 +102,10 @@ class Task:
         params_cls, _ = self._hook
         return model, budget, _validate(params_cls, params, f"task {self.name!r} params")
 
+    def lrs(self, profile: str | None = None) -> dict[str, float]:
+        """method → the learning rate this task's file ships for the profile (tuned on validation data)."""
+        return dict(self.spec.profiles[profile].lr if profile is not None else self.spec.lr)
+
     def build(self, params: BaseModel, tokenizer) -> TaskData:
         _, generate = self._hook
         try:
@@ -100,6 +114,7 @@ class Task:
             raise ClbenchError(f"task {self.name!r}: cannot read its data: {error}") from None
         if not data.train or not data.target_test or not data.old_text:
             raise ClbenchError(f"task {self.name!r}: the generator produced an empty train, target or old-text set")
+        data.check(self.name)
         return data
 
 

@@ -7,7 +7,7 @@ operator, grouped by whether the local base model saw the pair with `*` ("seen")
 
 import random
 
-from pydantic import BaseModel, ConfigDict, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from clbench.arith import ADD_PAIRS, MUL_PAIRS, mul_pairs_seen
 from clbench.data import Example, TaskData
@@ -21,6 +21,8 @@ class Params(BaseModel):
     n_old_skill: PositiveInt = 500
     n_old_text: PositiveInt = 500
     n_replay: int = 1000
+    n_validation: int = Field(100, ge=0, description="training-pool pairs held out for `clbench tune`")
+    n_validation_old: int = Field(100, ge=0, description="old-vocabulary expressions for `clbench tune`")
     data_seed: int = 0
 
 
@@ -34,6 +36,9 @@ def build(params: Params, tokenizer) -> TaskData:
     pairs = list(MUL_PAIRS)
     rng.shuffle(pairs)
     test, pool = pairs[: params.n_test], pairs[params.n_test :]
+    # validation from the end of the pool: a run's first n_train training pairs are the same with or without it
+    pool, validation = pool[: len(pool) - params.n_validation], pool[len(pool) - params.n_validation :]
+    group = lambda a, b: "seen" if (a, b) in seen else "unseen"
     half = params.n_old_text // 2
     old_text = [ex(a, "+", b, a + b) for a, b in rng.sample(ADD_PAIRS, half)]
     old_text += [ex(a, "*", b, a * b) for a, b in rng.sample(MUL_PAIRS, params.n_old_text - half)]
@@ -46,8 +51,12 @@ def build(params: Params, tokenizer) -> TaskData:
     return TaskData(
         new_tokens=[params.operator],
         train=[ex(a, params.operator, b, a * b) for a, b in pool],
-        target_test=[ex(a, params.operator, b, a * b, "seen" if (a, b) in seen else "unseen") for a, b in test],
+        target_test=[ex(a, params.operator, b, a * b, group(a, b)) for a, b in test],
         old_text=[e.prompt + e.completion for e in old_text],
         old_skill=old_skill,
         replay_text=[e.prompt + e.completion for e in replay[: params.n_replay]],
+        validation=[ex(a, params.operator, b, a * b, group(a, b)) for a, b in validation],
+        validation_old_text=[e.prompt + e.completion for e in replay[params.n_replay :][: params.n_validation_old]],
+        # the oracle reads `*`, the operation the new operator stands for (the paper's base `a*b` row)
+        target_oracle=[ex(a, "*", b, a * b, group(a, b)) for a, b in test],
     )

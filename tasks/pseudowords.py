@@ -98,25 +98,28 @@ def occurrences(sentences: list[str], dictionary: dict[str, str]) -> dict[str, l
 
 def examples(
     found: dict[str, list[tuple[str, int]]], dictionary: dict[str, str], params: Params, rng: random.Random
-) -> list[Example]:
+) -> tuple[list[Example], list[Example]]:
     """Round-robin over pseudo-words and, within one, over its dictionary words: the first n
-    examples cover every pseudo-word and meaning about equally."""
+    examples cover every pseudo-word and meaning about equally. → (examples, their oracles: the
+    same windows with the word each pseudo-word replaced)."""
     queues = {w: rng.sample(found[w], len(found[w])) for w in sorted(found)}
     by_pseudo: dict[str, list[str]] = {}
     for word in sorted(dictionary):
         by_pseudo.setdefault(dictionary[word], []).append(word)
     out: list[Example] = []
+    oracle: list[Example] = []
     while any(queues.values()):
         for pseudo in sorted(by_pseudo):
             for word in by_pseudo[pseudo]:
                 if queues[word]:
                     sentence, i = queues[word].pop()
                     tokens = sentence.split()
-                    prompt = " ".join(tokens[max(0, i - params.context_words) : i] + [pseudo])
+                    context = tokens[max(0, i - params.context_words) : i]
                     completion = " " + " ".join(tokens[i + 1 : i + 1 + params.continuation_words])
-                    out.append(Example(prompt, completion, group=None))
+                    out.append(Example(" ".join(context + [pseudo]), completion, group=None))
+                    oracle.append(Example(" ".join(context + [word]), completion, group=None))
                     break  # next pseudo-word; this one's next meaning comes next round
-    return out
+    return out, oracle
 
 
 def build(params: Params, tokenizer) -> TaskData:
@@ -139,16 +142,22 @@ def build(params: Params, tokenizer) -> TaskData:
 
     train_docs, test_docs = corpora.split(docs, params.test_fraction, salt="pseudowords")
     sentences = lambda ds: [s for d in ds for s in corpora.sentences(d)]
-    train = examples(occurrences(sentences(train_docs), dictionary), dictionary, params, rng)
-    target = examples(occurrences(sentences(test_docs), dictionary), dictionary, params, rng)[: params.n_target]
+    train, _ = examples(occurrences(sentences(train_docs), dictionary), dictionary, params, rng)
+    held_out, oracle = examples(occurrences(sentences(test_docs), dictionary), dictionary, params, rng)
+    # validation: the held-out examples after the target set (other sentences of the test documents)
+    validation = held_out[params.n_target : params.n_target + params.n_validation]
 
     old_eval, old_replay = corpora.split(old_docs, 0.5, salt="pseudowords-old")
+    old_text = corpora.leads(old_eval, params.n_old_text, params.old_text_chars, rng)
     return TaskData(
         new_tokens=pseudo,
         train=train,
-        target_test=target,
-        old_text=corpora.leads(old_eval, params.n_old_text, params.old_text_chars, rng),
+        target_test=held_out[: params.n_target],
+        old_text=old_text,
         replay_text=corpora.leads(old_replay, params.n_replay, params.old_text_chars, rng),
         whole_word_tokens=True,
         meaning=meaning,
+        validation=validation,
+        validation_old_text=corpora.validation_leads(old_eval, params, old_text),
+        target_oracle=oracle[: params.n_target],
     )

@@ -65,11 +65,16 @@ def build(params: Params, tokenizer) -> TaskData:
     old_eval, old_replay = corpora.split(
         corpora.documents(params.old_corpus, params.corpus_documents), 0.5, salt="xling-old"
     )
+    old_text = corpora.leads(old_eval, params.n_old_text, params.old_text_chars, rng, avoid=new)
+    held_out = [Example("", t) for t in test_text]
     return TaskData(
         new_tokens=new,
         train=[Example("", t) for t in train_text],
-        target_test=[Example("", t) for t in test_text[: params.n_target]],
-        old_text=corpora.leads(old_eval, params.n_old_text, params.old_text_chars, rng, avoid=new),
+        target_test=held_out[: params.n_target],
+        old_text=old_text,
         replay_text=corpora.leads(old_replay, params.n_replay, params.old_text_chars, rng, avoid=new),
         whole_word_tokens=True,
+        # the held-out chunks after the target set: other chunks of the test documents
+        validation=held_out[params.n_target : params.n_target + params.n_validation],
+        validation_old_text=corpora.validation_leads(old_eval, params, old_text, avoid=new),
     )

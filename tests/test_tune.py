@@ -1,0 +1,94 @@
+"""clbench tune: each method's lr chosen on the validation split, stored, and taken by `run --tuned`."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from tiny_setup import TASK
+
+from clbench.cli import main
+from clbench.errors import ClbenchError
+from clbench.protocol import Session, validation_data
+from clbench.store import Store
+from clbench.taskspec import load_tasks
+from clbench.tune import choose
+
+GRID = "0.001,0.03"
+
+
+def test_choose_takes_the_lowest_finite_mean_and_ties_go_to_the_smaller_lr():
+    search = [{"lr": 0.1, "mean": 1.0}, {"lr": 0.01, "mean": 1.0}, {"lr": 1.0, "mean": math.inf}]
+    assert choose(search)["lr"] == 0.01
+    assert choose([{"lr": 1.0, "mean": 0.5}, {"lr": 0.1, "mean": 0.7}])["lr"] == 1.0
+    with pytest.raises(ClbenchError, match="every learning rate of the grid diverged"):
+        choose([{"lr": 1.0, "mean": math.inf}])
+
+
+def test_the_validation_split_is_disjoint_from_everything_reported(tiny_cli):
+    task = load_tasks([tiny_cli.tasks]).get(TASK)
+    session = Session(device="cpu")
+    _, _, params = task.resolved()
+    data = task.build(params, session.base(str(tiny_cli.model)).tokenizer)
+    swapped = validation_data(task, data)
+    assert swapped.target_test == data.validation and swapped.old_text == data.validation_old_text
+    assert len(data.validation) == 100 and len(data.validation_old_text) == 100
+    prompts = lambda examples: {e.prompt for e in examples}
+    assert not prompts(data.validation) & (prompts(data.target_test) | prompts(data.train))
+    assert not set(data.validation_old_text) & (set(data.old_text) | set(data.replay_text))
+    assert [o.prompt.replace("*", "<spec>") for o in data.target_oracle] == [t.prompt for t in data.target_test]
+
+
+def test_tune_stores_its_search_and_choice_and_run_tuned_takes_it(tiny_cli, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("CLBENCH_CACHE", str(tmp_path / "cache"))
+    db = tmp_path / "r.duckdb"
+    common = ["--task", TASK, "--task-dir", str(tiny_cli.tasks), "--db", str(db)]
+    assert main(["run", *common, "--method", "et", "--tuned"]) == 2  # nothing tuned yet
+    assert "no tuned lr for tiny-arith × et" in capsys.readouterr().err
+
+    assert main(["tune", *common, "--method", "et", "--grid", GRID, "--seeds", "0,1"]) == 0
+    out = capsys.readouterr().out
+    store = Store(db)
+    tuned = store.query("SELECT * FROM tuned")
+    assert len(tuned) == 1 and tuned.method[0] == "et" and tuned.objective[0] == "target_loss"
+    search = json.loads(tuned.search[0])
+    assert [p["lr"] for p in search] == [0.001, 0.03] and all(len(p["run_ids"]) == 2 for p in search)
+    # every point is an ordinary run on the validation split, its value the stored metric
+    for point in search:
+        stored = [
+            store.query("SELECT value FROM metrics WHERE run_id = ? AND metric = 'target_loss'", [run_id]).value.iloc[
+                0
+            ]
+            for run_id in point["run_ids"]
+        ]
+        assert point["values"] == stored and point["mean"] == sum(stored) / 2
+    best = min(search, key=lambda p: (p["mean"], p["lr"]))
+    assert tuned.lr[0] == best["lr"] and tuned.score[0] == best["mean"]
+    assert f"{best['mean']:.4f}*" in out
+    splits = store.query("SELECT json_extract_string(config, '$.split') AS split FROM runs").split
+    assert list(splits) == ["validation"] * 4
+    assert store.query("SELECT * FROM results").empty  # tuning runs are never results
+
+    assert main(["run", *common, "--method", "et", "--tuned"]) == 0
+    capsys.readouterr()
+    config = json.loads(store.query("SELECT config FROM runs WHERE config->>'split' = 'test'").config[0])
+    assert config["method_config"]["lr"] == best["lr"]
+    # the reported run is another run than every tuning point (its split is part of the run id)
+    reported = store.query("SELECT DISTINCT run_id FROM results").run_id
+    assert len(reported) == 1 and reported[0] not in {r for p in search for r in p["run_ids"]}
+
+    assert main(["run", *common, "--method", "et", "--tuned", "--set", "lr=0.1"]) == 2
+    assert "the lr is given twice" in capsys.readouterr().err
+
+
+def test_a_task_file_ships_lrs_per_profile(tiny_cli, tmp_path, capsys, monkeypatch):
+    from tiny_setup import write_task
+
+    monkeypatch.setenv("CLBENCH_CACHE", str(tmp_path / "cache"))
+    write_task(tmp_path / "tasks", tiny_cli.model, lr={"et": 0.0123})
+    db = tmp_path / "r.duckdb"
+    assert main(["run", "--task", TASK, "--task-dir", str(tmp_path / "tasks"), "--db", str(db), "--method", "et"]) == 0
+    capsys.readouterr()
+    config = json.loads(Store(db).query("SELECT config FROM runs").config[0])
+    assert config["method_config"]["lr"] == 0.0123 and config["split"] == "test"
