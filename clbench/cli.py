@@ -395,7 +395,8 @@ def cmd_validate(args) -> int:
                 f"task {name!r}: budget.n_train {task.spec.budget.n_train} exceeds its {len(data.train)} training examples"
             )
         print(
-            f"ok  {name} v{task.spec.version}: {len(data.new_tokens)} new tokens, {len(data.train)} train, {len(data.target_test)} target, {len(data.old_text)} old-text"
+            f"ok  {name} v{task.spec.version}: {len(data.new_tokens)} new tokens, {len(data.train)} train, {len(data.target_test)} target, {len(data.old_text)} old-text, "
+            f"{len(data.validation)} validation"
         )
     return 0
 

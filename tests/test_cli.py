@@ -141,7 +141,7 @@ def test_validate(capsys):
     out, err = capsys.readouterr()
     assert err == ""
     assert any(
-        line.startswith("ok  arithmetic v1: 1 new tokens, 700 train, 300 target, 500 old-text")
+        line == "ok  arithmetic v1: 1 new tokens, 600 train, 300 target, 500 old-text, 100 validation"
         for line in out.splitlines()
     )
 

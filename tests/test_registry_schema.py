@@ -270,12 +270,13 @@ def test_arithmetic_data_facts():
     data = task.build(params, char_tokenizer())
     assert data.new_tokens == ["<spec>"]
     assert len(data.target_test) == 300
-    assert len(data.train) == 700
+    assert len(data.train) == 600 and len(data.validation) == 100  # validation: the pool's last 100 pairs
     test_pairs = [_pair(e.prompt, "<spec>") for e in data.target_test]
     train_pairs = [_pair(e.prompt, "<spec>") for e in data.train]
-    assert len(set(test_pairs)) == 300 and len(set(train_pairs)) == 700
-    assert not set(test_pairs) & set(train_pairs)
-    assert set(test_pairs) | set(train_pairs) == set(MUL_PAIRS)
+    validation_pairs = [_pair(e.prompt, "<spec>") for e in data.validation]
+    assert len(set(test_pairs)) == 300 and len(set(train_pairs)) == 600 and len(set(validation_pairs)) == 100
+    assert not set(test_pairs) & set(train_pairs) and not set(validation_pairs) & (set(test_pairs) | set(train_pairs))
+    assert set(test_pairs) | set(train_pairs) | set(validation_pairs) == set(MUL_PAIRS)
     for (a, b), e in zip(test_pairs + train_pairs, data.target_test + data.train):
         assert e.completion == str(a * b)
     seen = mul_pairs_seen()
