@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
 from clbench.data import TaskData
 from clbench.errors import ClbenchError
 from clbench.expand import INIT_STRATEGIES
+from clbench.metrics import Metric, declared_by
 from clbench.registry import Registry
 
 
@@ -73,17 +74,23 @@ class Task:
         return self.spec.name
 
     @cached_property
-    def _hook(self) -> tuple[type[BaseModel], Callable[..., TaskData]]:
+    def _hook(self) -> tuple[type[BaseModel], Callable[..., TaskData], list[Metric]]:
         file, function = self.spec.generator.split(":")
         module_path = (self.path.parent / file).resolve()
         if not module_path.is_file():
             raise ClbenchError(f"task {self.name!r}: generator file {module_path} does not exist")
         loader = importlib.util.spec_from_file_location(f"clbench_task_{self.name.replace('-', '_')}", module_path)
         module = importlib.util.module_from_spec(loader)
-        loader.loader.exec_module(module)
+        with declared_by(module_path) as own:
+            loader.loader.exec_module(module)
         if not hasattr(module, function) or not hasattr(module, "Params"):
             raise ClbenchError(f"task {self.name!r}: {file} must define Params and {function}()")
-        return module.Params, getattr(module, function)
+        return module.Params, getattr(module, function), own
+
+    @property
+    def metrics(self) -> list[Metric]:
+        """The metrics the task's generator module declares itself (clbench.metrics.register_metric)."""
+        return self._hook[2]
 
     def resolved(self, profile: str | None = None) -> tuple[str, Budget, BaseModel]:
         """→ (model, budget, params) for the default or a named profile."""
@@ -98,11 +105,11 @@ class Task:
                 Budget, {**budget.model_dump(), **chosen.budget}, f"task {self.name!r} profile {profile!r} budget"
             )
             params.update(chosen.params)
-        params_cls, _ = self._hook
+        params_cls, _, _ = self._hook
         return model, budget, _validate(params_cls, params, f"task {self.name!r} params")
 
     def build(self, params: BaseModel, tokenizer) -> TaskData:
-        _, generate = self._hook
+        _, generate, _ = self._hook
         try:
             data = generate(params, tokenizer)
         except (OSError, UnicodeDecodeError) as error:  # a generator's data file missing, unreadable or not UTF-8
