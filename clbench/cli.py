@@ -317,21 +317,10 @@ def report_statuses(statuses: list[str], db: str) -> int:
     return counts["failed"]
 
 
-SUMMARY_METRICS = [
-    "target_loss",
-    "target_acc",
-    "target_acc_seen",
-    "target_acc_unseen",
-    "old_skill_acc_delta",
-    "forgetting_oldvocab",
-    "forgetting_full",
-    "trainable_params",
-    "train_seconds",
-]
-
-
 def summary(store, run_ids: list[str] | None = None, task: str | None = None) -> str:
     import pandas as pd
+
+    from clbench.metrics import headline
 
     frame = store.query("SELECT * FROM results WHERE status = 'finished'")
     if run_ids is not None:
@@ -342,7 +331,7 @@ def summary(store, run_ids: list[str] | None = None, task: str | None = None) ->
         return "(no finished runs)"
     table = frame.pivot_table(index=["task", "method", "model"], columns="metric", values="value", aggfunc="mean")
     seeds = frame.groupby(["task", "method", "model"]).seed.nunique().rename("seeds")
-    table = pd.concat([seeds, table[[m for m in SUMMARY_METRICS if m in table.columns]]], axis=1)
+    table = pd.concat([seeds, table[[m for m in headline("summary") if m in table.columns]]], axis=1)
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.4g}".format):
         return table.to_string()
 

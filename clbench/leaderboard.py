@@ -22,24 +22,12 @@ import pandas as pd
 from matplotlib import rc_context
 from matplotlib.figure import Figure
 
-from clbench.metrics import METRICS, higher_is_better
+from clbench.metrics import headline, higher_is_better, lookup
 from clbench.store import REPORTED, Store, now
 
 KEY = ["task", "method", "model", "settings", "n_train"]
 QUALITY = ("target_acc", "target_loss")  # what the plots put against forgetting, the first that ranks the runs
 FORGETTING = ("forgetting_oldvocab", "forgetting_full")
-# headline metrics first, in this order; the rest follow alphabetically
-ORDER = [
-    "target_acc",
-    "target_acc_seen",
-    "target_acc_unseen",
-    "target_loss",
-    "old_skill_acc_delta",
-    "forgetting_oldvocab",
-    "forgetting_full",
-    "trainable_params",
-    "train_seconds",
-]
 SVG_STYLE = {"svg.fonttype": "none", "text.parse_math": False, "figure.dpi": 72, "font.size": 9}
 
 
@@ -57,6 +45,11 @@ def direction(metric: str) -> bool | None:
 
 def arrow(metric: str) -> str:
     return {True: " ↑", False: " ↓", None: ""}[direction(metric)]
+
+
+def definition(metric: str) -> str:
+    """The declared definition (a family member's is its family's); "" for a metric nobody declared."""
+    return lookup(metric).definition if direction(metric) is not None else ""
 
 
 # ---------------------------------------------------------------- data
@@ -149,8 +142,9 @@ def fmt(value: float) -> str:
 
 
 def metric_order(metrics) -> list[str]:
-    present = set(metrics)
-    return [m for m in ORDER if m in present] + sorted(present - set(ORDER))
+    """The leaderboard's headline metrics first, in their rank order; the rest alphabetically."""
+    present, first = set(metrics), headline("leaderboard")
+    return [m for m in first if m in present] + sorted(present - set(first))
 
 
 def wide(table: pd.DataFrame, task: str) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
@@ -328,7 +322,8 @@ def html_table(cells: pd.DataFrame, best: pd.DataFrame, metrics: list[str], link
 
 def markdown_table(cells: pd.DataFrame, best: pd.DataFrame, metrics: list[str]) -> str:
     """The headline metrics only (all of them are in index.html and leaderboard.csv)."""
-    metrics = [m for m in metrics if m in ORDER] or metrics
+    first = headline("leaderboard")
+    metrics = [m for m in metrics if m in first] or metrics
     cells = cells[[c for c in cells.columns if c not in best.columns or c in metrics]]
     shown = pd.DataFrame({c: cells[c].map(md) for c in cells.columns})
     for metric in metrics:
@@ -429,7 +424,7 @@ def metric_legend(metrics: list[str]) -> str:
         {
             "metric": [esc(m) for m in metrics],
             "better": [{True: "higher ↑", False: "lower ↓", None: "undeclared"}[direction(m)] for m in metrics],
-            "definition": [esc(METRICS.get(m, METRICS.get(m.rsplit("_", 1)[0], (None, "")))[1]) for m in metrics],
+            "definition": [esc(definition(m)) for m in metrics],
         }
     )
     return rows.to_html(index=False, escape=False, border=0, classes="legend")

@@ -1,83 +1,262 @@
-"""Metrics: pure functions, each with its formula, sign and direction.
+"""Metrics: each declared once (name, direction, definition, where it is a headline column), then
+the pure functions that compute them, each with its formula, sign and direction.
 
 Losses are natural-log NLL per token. Forgetting is adapted − base, so positive = worse.
 "Old-vocabulary softmax" normalises over the base vocabulary V only (the paper's view that a
 new token u is never emitted: p(u | ·) = 0); "full softmax" normalises over V ∪ U.
+Adding a metric: docs/metrics.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
-# name → (higher_is_better, definition). The leaderboard and docs read this table.
-METRICS: dict[str, tuple[bool, str]] = {
-    "target_loss": (
-        False,
-        "mean NLL per scored token on held-out target examples, old-vocabulary softmax, over completion positions whose target is an old token",
-    ),
-    "target_loss_full": (False, "as target_loss with the full softmax, over every completion position"),
-    "target_loss_init": (
-        False,
-        "target_loss of the expanded model before training (new rows at their initialisation)",
-    ),
-    "target_acc": (
-        True,
-        "exact match of the whole completion (greedy, old-vocabulary argmax) on held-out target examples",
-    ),
-    "old_loss_base": (False, "mean NLL per token of the base model on old-vocabulary text"),
-    "forgetting_oldvocab": (False, "old-text NLL, adapted (old-vocabulary softmax) − base"),
-    "forgetting_full": (False, "old-text NLL, adapted (full softmax) − base"),
-    "old_skill_acc": (True, "exact match on the old-skill probe, adapted model, old-vocabulary argmax"),
-    "old_skill_acc_base": (True, "exact match on the old-skill probe, base model"),
-    "old_skill_acc_delta": (True, "old_skill_acc − old_skill_acc_base"),
-    "old_skill_acc_delta_full": (
-        True,
-        "as old_skill_acc_delta with the adapted model's argmax over the full vocabulary",
-    ),
-    "final_train_loss": (False, "training loss of the last step"),
-    "train_seconds": (False, "wall time of the training loop"),
-    "trainable_params": (False, "number of parameters the optimizer updates"),
-    "tokens_seen": (False, "non-padding tokens processed in training"),
-    "tokens_per_second": (True, "tokens_seen / train_seconds"),
-    "peak_mem_mb": (False, "peak memory: CUDA max allocated, or on CPU the process's resident high-water mark"),
-    "target_bpb": (
-        False,
-        "bits per UTF-8 byte of the held-out target completions: Σ NLL (full softmax, every completion position incl. eos) / ln 2 / bytes; compares across tokenizers",
-    ),
-    "target_bpb_base": (
-        False,
-        "target_bpb of the base model with the base tokenizer on the same text (meaningful where the base tokenizer covers the text, e.g. byte-level BPE)",
-    ),
-    # sequential tasks (clbench/cl_metrics.py): GEM's average, backward and forward transfer over the stage × task matrix
-    "avg_target_acc": (True, "mean over stages of target_acc after the last stage"),
-    "bwt_target_acc": (
-        True,
-        "GEM backward transfer of target_acc: mean over stages but the last of (after the last stage − right after its own)",
-    ),
-    "fwt_target_acc": (
-        True,
-        "GEM forward transfer of target_acc: mean over stages but the first of (before its own training − untrained)",
-    ),
-    "forgetting_target_acc": (
-        False,
-        "per stage (suffix): best target_acc after its own stage and before the last − after the last (Chaudhry et al. 2018)",
-    ),
-    "avg_target_loss": (False, "mean over stages of target_loss after the last stage"),
-    "bwt_target_loss": (True, "backward transfer of target_loss, negated so that positive = better"),
-    "fwt_target_loss": (True, "forward transfer of target_loss, negated so that positive = better"),
-    "forgetting_target_loss": (
-        False,
-        "per stage (suffix): target_loss after the last stage − best (lowest) before it",
-    ),
-}
+from clbench.errors import ClbenchError
+from clbench.registry import Registry
+
+# the tables that show headline metrics: `clbench results`, the leaderboard's tables, `clbench sweep`'s curve
+VIEWS = ("summary", "leaderboard", "curve")
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    higher_is_better: bool
+    definition: str  # one sentence; the leaderboard's legend and docs/metrics.md show it
+    # view → rank: a headline column of that view, in ascending rank (steps of 10 leave room between)
+    headline: Mapping[str, int] = field(default_factory=dict)
+    # a task's own metric, computed from the run's other values: → a float, or None where it does not apply
+    compute: Callable[[Mapping[str, float]], float | None] | None = None
+
+
+METRICS: Registry[Metric] = Registry("metric")
+_declared_in: dict[str, Path] = {}  # metric name → the task hook file that registered it
+_loading: list[Path] = []  # the task hook file being executed, if any
+
+
+def register_metric(
+    metric: str,
+    *,
+    higher_is_better: bool,
+    definition: str,
+    headline: Mapping[str, int] | None = None,
+    compute: Callable[[Mapping[str, float]], float | None] | None = None,
+) -> Metric:
+    """Declare a metric; a second declaration of a name is an error, except by the same task
+    hook file run again (each Task object of a file executes it)."""
+    headline = dict(headline or {})
+    if unknown := sorted(set(headline) - set(VIEWS)):
+        raise ClbenchError(
+            f"metric {metric!r}: unknown headline view(s) {', '.join(unknown)}; known: {', '.join(VIEWS)}"
+        )
+    if _loading and metric in METRICS and _declared_in.get(metric) == _loading[-1]:
+        return METRICS.get(metric)  # the first run's declaration stands: the same file declares the same
+    declared = METRICS.register(metric, Metric(metric, higher_is_better, definition, headline, compute))
+    if _loading:
+        _declared_in[metric] = _loading[-1]
+    return declared
+
+
+@contextlib.contextmanager
+def declared_by(hook_file: Path) -> Iterator[list[Metric]]:
+    """The metrics a task's hook module registers while it runs (taskspec.Task: the task's own)."""
+    own: list[Metric] = []
+    _loading.append(hook_file)
+    try:
+        yield own
+    finally:
+        _loading.pop()
+        own += [METRICS.get(name) for name, path in _declared_in.items() if path == hook_file]
+
+
+def lookup(name: str) -> Metric:
+    """The declared metric; a family member (target_acc_seen, forgetting_target_acc_spec) that is not
+    declared itself is its family's (the name less its last `_suffix`). Unknown: "did you mean"."""
+    family = name.rsplit("_", 1)[0]
+    return METRICS.get(family if name not in METRICS and family in METRICS else name)
 
 
 def higher_is_better(metric: str) -> bool:
-    # per-group accuracies (target_acc_seen, ...) inherit from target_acc
-    base = metric if metric in METRICS else metric.rsplit("_", 1)[0]
-    return METRICS[base][0]
+    """As lookup(metric).higher_is_better; KeyError for a metric nobody declared."""
+    try:
+        return lookup(metric).higher_is_better
+    except ClbenchError as error:
+        raise KeyError(str(error)) from None
+
+
+def headline(view: str) -> list[str]:
+    """The headline columns of a view, in rank order."""
+    if view not in VIEWS:
+        raise ClbenchError(f"unknown headline view {view!r}; known: {', '.join(VIEWS)}")
+    shown = [METRICS.get(name) for name in METRICS if view in METRICS.get(name).headline]
+    return [m.name for m in sorted(shown, key=lambda m: m.headline[view])]
+
+
+def computed(metrics: list[Metric], values: Mapping[str, float]) -> dict[str, float]:
+    """The values of metrics computed from a run's others (a task's own), where they apply."""
+    results = {m.name: m.compute(values) for m in metrics if m.compute is not None}
+    return {name: value for name, value in results.items() if value is not None}
+
+
+def markdown_table() -> str:
+    """Every declared metric: docs/metrics.md holds this table (a test keeps the two equal)."""
+    rows = ["| metric | better | headline in | definition |", "|---|---|---|---|"]
+    for name in METRICS:
+        m = METRICS.get(name)
+        where = ", ".join(sorted(m.headline, key=VIEWS.index))
+        rows.append(f"| `{name}` | {'higher' if m.higher_is_better else 'lower'} | {where} | {m.definition} |")
+    return "\n".join(rows)
+
+
+# ---------------------------------------------------------------- the declarations
+
+# scored after training (clbench/protocol.py collect_metrics)
+register_metric(
+    "target_loss",
+    higher_is_better=False,
+    definition="mean NLL per scored token on held-out target examples, old-vocabulary softmax, over completion positions whose target is an old token",
+    headline={"summary": 10, "leaderboard": 40, "curve": 10},
+)
+register_metric(
+    "target_loss_full",
+    higher_is_better=False,
+    definition="as target_loss with the full softmax, over every completion position",
+)
+register_metric(
+    "target_loss_init",
+    higher_is_better=False,
+    definition="target_loss of the expanded model before training (new rows at their initialisation)",
+)
+register_metric(
+    "target_acc",
+    higher_is_better=True,
+    definition="exact match of the whole completion (greedy, old-vocabulary argmax) on held-out target examples",
+    headline={"summary": 20, "leaderboard": 10, "curve": 20},
+)
+# target_acc_<group> for every group of the target examples (data.Example.group); these two are headlines
+register_metric(
+    "target_acc_seen",
+    higher_is_better=True,
+    definition="target_acc over the target examples of group seen (arithmetic: pairs the base model saw with *)",
+    headline={"summary": 30, "leaderboard": 20, "curve": 30},
+)
+register_metric(
+    "target_acc_unseen",
+    higher_is_better=True,
+    definition="target_acc over the target examples of group unseen (arithmetic: pairs the base model never saw with *)",
+    headline={"summary": 40, "leaderboard": 30, "curve": 40},
+)
+register_metric(
+    "old_loss_base",
+    higher_is_better=False,
+    definition="mean NLL per token of the base model on old-vocabulary text",
+)
+register_metric(
+    "forgetting_oldvocab",
+    higher_is_better=False,
+    definition="old-text NLL, adapted (old-vocabulary softmax) − base",
+    headline={"summary": 60, "leaderboard": 60, "curve": 50},
+)
+register_metric(
+    "forgetting_full",
+    higher_is_better=False,
+    definition="old-text NLL, adapted (full softmax) − base",
+    headline={"summary": 70, "leaderboard": 70, "curve": 60},
+)
+register_metric(
+    "old_skill_acc",
+    higher_is_better=True,
+    definition="exact match on the old-skill probe, adapted model, old-vocabulary argmax",
+)
+register_metric(
+    "old_skill_acc_base",
+    higher_is_better=True,
+    definition="exact match on the old-skill probe, base model",
+)
+register_metric(
+    "old_skill_acc_delta",
+    higher_is_better=True,
+    definition="old_skill_acc − old_skill_acc_base",
+    headline={"summary": 50, "leaderboard": 50},
+)
+register_metric(
+    "old_skill_acc_delta_full",
+    higher_is_better=True,
+    definition="as old_skill_acc_delta with the adapted model's argmax over the full vocabulary",
+)
+register_metric("final_train_loss", higher_is_better=False, definition="training loss of the last step")
+register_metric(
+    "train_seconds",
+    higher_is_better=False,
+    definition="wall time of the training loop",
+    headline={"summary": 90, "leaderboard": 90},
+)
+register_metric(
+    "trainable_params",
+    higher_is_better=False,
+    definition="number of parameters the optimizer updates",
+    headline={"summary": 80, "leaderboard": 80},
+)
+register_metric("tokens_seen", higher_is_better=False, definition="non-padding tokens processed in training")
+register_metric("tokens_per_second", higher_is_better=True, definition="tokens_seen / train_seconds")
+register_metric(
+    "peak_mem_mb",
+    higher_is_better=False,
+    definition="peak memory: CUDA max allocated, or on CPU the process's resident high-water mark",
+)
+register_metric(
+    "target_bpb",
+    higher_is_better=False,
+    definition="bits per UTF-8 byte of the held-out target completions: Σ NLL (full softmax, every completion position incl. eos) / ln 2 / bytes; compares across tokenizers",
+)
+register_metric(
+    "target_bpb_base",
+    higher_is_better=False,
+    definition="target_bpb of the base model with the base tokenizer on the same text (meaningful where the base tokenizer covers the text, e.g. byte-level BPE)",
+)
+# sequential tasks (clbench/cl_metrics.py): GEM's average, backward and forward transfer over the stage × task matrix
+register_metric(
+    "avg_target_acc", higher_is_better=True, definition="mean over stages of target_acc after the last stage"
+)
+register_metric(
+    "bwt_target_acc",
+    higher_is_better=True,
+    definition="GEM backward transfer of target_acc: mean over stages but the last of (after the last stage − right after its own)",
+)
+register_metric(
+    "fwt_target_acc",
+    higher_is_better=True,
+    definition="GEM forward transfer of target_acc: mean over stages but the first of (before its own training − untrained)",
+)
+register_metric(
+    "forgetting_target_acc",
+    higher_is_better=False,
+    definition="per stage (suffix): best target_acc after its own stage and before the last − after the last (Chaudhry et al. 2018)",
+)
+register_metric(
+    "avg_target_loss", higher_is_better=False, definition="mean over stages of target_loss after the last stage"
+)
+register_metric(
+    "bwt_target_loss",
+    higher_is_better=True,
+    definition="backward transfer of target_loss, negated so that positive = better",
+)
+register_metric(
+    "fwt_target_loss",
+    higher_is_better=True,
+    definition="forward transfer of target_loss, negated so that positive = better",
+)
+register_metric(
+    "forgetting_target_loss",
+    higher_is_better=False,
+    definition="per stage (suffix): target_loss after the last stage − best (lowest) before it",
+)
 
 
 def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -172,6 +172,7 @@ def run_one(
                 on_adapted=on_adapted,
                 matrix=matrix,
             )
+            values.update(M.computed(task.metrics, values))  # the task's own metrics, from the others
         status, reason = "finished", None
     except DivergedError as error:
         values, matrix, status, reason = {}, [], "failed", str(error)

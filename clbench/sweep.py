@@ -10,17 +10,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from clbench.metrics import headline
 from clbench.protocol import Outcome, run_one
 
 SPREAD = ["target_loss", "target_acc"]  # also reported as the standard deviation over seeds
-CURVE_METRICS = [
-    "target_loss",
-    "target_acc",
-    "target_acc_seen",
-    "target_acc_unseen",
-    "forgetting_oldvocab",
-    "forgetting_full",
-]
 
 
 def sweep(task, methods: list, ns: list[int], seeds: list[int], *, store, session, **run_options) -> list[Outcome]:
@@ -38,7 +31,8 @@ def curve(store, run_ids: list[str]) -> pd.DataFrame:
         "SELECT r.run_id, r.method, CAST(json_extract(r.config, '$.budget.n_train') AS INTEGER) AS n_train, r.seed, "
         "m.metric, m.value FROM runs r JOIN metrics m USING (run_id) WHERE r.status = 'finished'"
     )
-    frame = frame[frame.run_id.isin(run_ids) & frame.metric.isin(CURVE_METRICS)]
+    shown = headline("curve")
+    frame = frame[frame.run_id.isin(run_ids) & frame.metric.isin(shown)]
     if frame.empty:
         return pd.DataFrame()
     table = frame.pivot_table(index=["method", "n_train"], columns="metric", values="value", aggfunc="mean")
@@ -46,6 +40,6 @@ def curve(store, run_ids: list[str]) -> pd.DataFrame:
         index=["method", "n_train"], columns="metric", values="value", aggfunc="std"
     )
     seeds = frame.groupby(["method", "n_train"]).seed.nunique().rename("seeds")
-    columns = [table.get(m, None) for m in CURVE_METRICS]
+    columns = [table.get(m, None) for m in shown]
     columns += [spread[m].rename(f"{m}_sd") for m in SPREAD if m in spread]
     return pd.concat([seeds, *[c for c in columns if c is not None]], axis=1)

@@ -4,6 +4,15 @@ A task file names a generator hook (`generator: arithmetic.py:build`, a path rel
 file) whose module also defines `Params`, a pydantic model with extra="forbid": the file's
 `params:` are validated by it, so a typo anywhere in a task file is an error, never a default.
 A published task changes by a new file with a higher `version`, not by an edit.
+
+A task file may start from another with `include: other.yaml` (a path relative to the file;
+the included file may include further). The including file's fields are laid over the included
+ones: where both hold a mapping (budget, params, profiles, a profile, its budget or params) the
+two merge key by key, recursively; any other value (a string, a number, a list, null) replaces
+the inherited one whole. A file cannot remove an inherited key. `include` itself is not a field
+of the result, and the merged mapping is checked by the same strict schema as a plain file
+(`generator` is still relative to the task file that is loaded). A file whose name starts with
+`_` (tasks/_xling.yaml) is only for including: it is not a task, and need not be a complete one.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, V
 from clbench.data import TaskData
 from clbench.errors import ClbenchError
 from clbench.expand import INIT_STRATEGIES
+from clbench.metrics import Metric, declared_by
 from clbench.registry import Registry
 
 
@@ -74,17 +84,23 @@ class Task:
         return self.spec.name
 
     @cached_property
-    def _hook(self) -> tuple[type[BaseModel], Callable[..., TaskData]]:
+    def _hook(self) -> tuple[type[BaseModel], Callable[..., TaskData], list[Metric]]:
         file, function = self.spec.generator.split(":")
         module_path = (self.path.parent / file).resolve()
         if not module_path.is_file():
             raise ClbenchError(f"task {self.name!r}: generator file {module_path} does not exist")
         loader = importlib.util.spec_from_file_location(f"clbench_task_{self.name.replace('-', '_')}", module_path)
         module = importlib.util.module_from_spec(loader)
-        loader.loader.exec_module(module)
+        with declared_by(module_path) as own:
+            loader.loader.exec_module(module)
         if not hasattr(module, function) or not hasattr(module, "Params"):
             raise ClbenchError(f"task {self.name!r}: {file} must define Params and {function}()")
-        return module.Params, getattr(module, function)
+        return module.Params, getattr(module, function), own
+
+    @property
+    def metrics(self) -> list[Metric]:
+        """The metrics the task's generator module declares itself (clbench.metrics.register_metric)."""
+        return self._hook[2]
 
     def resolved(self, profile: str | None = None) -> tuple[str, Budget, BaseModel]:
         """→ (model, budget, params) for the default or a named profile."""
@@ -99,7 +115,7 @@ class Task:
                 Budget, {**budget.model_dump(), **chosen.budget}, f"task {self.name!r} profile {profile!r} budget"
             )
             params.update(chosen.params)
-        params_cls, _ = self._hook
+        params_cls, _, _ = self._hook
         return model, budget, _validate(params_cls, params, f"task {self.name!r} params")
 
     def lrs(self, profile: str | None = None) -> dict[str, float]:
@@ -107,7 +123,7 @@ class Task:
         return dict(self.spec.profiles[profile].lr if profile is not None else self.spec.lr)
 
     def build(self, params: BaseModel, tokenizer) -> TaskData:
-        _, generate = self._hook
+        _, generate, _ = self._hook
         try:
             data = generate(params, tokenizer)
         except (OSError, UnicodeDecodeError) as error:  # a generator's data file missing, unreadable or not UTF-8
@@ -127,7 +143,7 @@ def _validate(model_cls: type[BaseModel], value: Any, where: str):
         raise ClbenchError(f"{where}: {location}: {first['msg']}") from None
 
 
-def load_task_file(path: Path) -> Task:
+def _read_mapping(path: Path) -> dict:
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as error:
@@ -138,7 +154,36 @@ def load_task_file(path: Path) -> Task:
         raise ClbenchError(f"task file {path} is not valid YAML{where}") from None
     if not isinstance(raw, dict):
         raise ClbenchError(f"task file {path} must hold a mapping of fields")
-    spec = _validate(TaskSpec, raw, f"task file {path.name}")
+    return raw
+
+
+def merge(inherited: dict, own: dict) -> dict:
+    """own laid over inherited: mappings on both sides merge key by key, anything else in own replaces."""
+    merged = dict(inherited)
+    for key, value in own.items():
+        both = isinstance(value, dict) and isinstance(inherited.get(key), dict)
+        merged[key] = merge(inherited[key], value) if both else value
+    return merged
+
+
+def read_with_includes(path: Path, chain: tuple[Path, ...] = ()) -> dict:
+    """The file's fields with its `include:` chain resolved (see the module docstring)."""
+    if path.resolve() in [p.resolve() for p in chain]:
+        raise ClbenchError(f"task file {chain[0].name}: include cycle {' → '.join(p.name for p in (*chain, path))}")
+    raw = _read_mapping(path)
+    included = raw.pop("include", None)
+    if included is None:
+        return raw
+    if not isinstance(included, str):
+        raise ClbenchError(f"task file {path.name}: include must name one file, got {included!r}")
+    target = path.parent / included
+    if not target.is_file():
+        raise ClbenchError(f"task file {path.name}: included file {target} does not exist")
+    return merge(read_with_includes(target, (*chain, path)), raw)
+
+
+def load_task_file(path: Path) -> Task:
+    spec = _validate(TaskSpec, read_with_includes(path), f"task file {path.name}")
     if spec.init not in INIT_STRATEGIES:
         raise ClbenchError(f"task file {path.name}: init {spec.init!r} is not one of {', '.join(INIT_STRATEGIES)}")
     if path.stem != spec.name:
@@ -150,12 +195,17 @@ def builtin_task_dir() -> Path:
     return Path(str(importlib.resources.files("clbench.tasks")))
 
 
+def task_files(directory: Path) -> list[Path]:
+    """The folder's task files: every *.yaml but the `_` ones, which are only for including."""
+    return sorted(p for p in directory.glob("*.yaml") if not p.name.startswith("_"))
+
+
 def load_tasks(extra_dirs: list[Path] = ()) -> Registry[Task]:
     registry: Registry[Task] = Registry("task")
     for directory in [builtin_task_dir(), *extra_dirs]:
         if not directory.is_dir():
             raise ClbenchError(f"task folder {directory} does not exist or is not a folder")
-        for path in sorted(directory.glob("*.yaml")):
+        for path in task_files(directory):
             task = load_task_file(path)
             registry.register(task.name, task)
     return registry

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import arithmetic_raw, write_task
 
 from clbench.arith import MUL_PAIRS, char_tokenizer, mul_pairs_seen
 from clbench.errors import ClbenchError
 from clbench.registry import Registry
-from clbench.taskspec import builtin_task_dir, load_task_file, load_tasks
+from clbench.taskspec import builtin_task_dir, load_task_file, load_tasks, merge, task_files
 
 # ---------------------------------------------------------------- Registry
 
@@ -209,9 +211,109 @@ def test_extra_task_dir_duplicating_a_builtin_is_an_error(tmp_path):
         load_tasks([tmp_path])
 
 
+# ---------------------------------------------------------------- include:
+
+
+def test_merge_is_key_by_key_for_mappings_and_replaces_anything_else():
+    inherited = {"a": 1, "m": {"x": 1, "y": {"p": 1, "q": 2}}, "l": [1, 2], "n": {"k": 1}, "s": "old"}
+    own = {"m": {"y": {"q": 3}, "z": 4}, "l": [3], "n": None, "t": "new"}
+    assert merge(inherited, own) == {
+        "a": 1,
+        "m": {"x": 1, "y": {"p": 1, "q": 3}, "z": 4},
+        "l": [3],  # a list replaces, it is not concatenated
+        "n": None,  # null replaces a mapping
+        "s": "old",
+        "t": "new",
+    }
+    assert inherited["m"]["y"] == {"p": 1, "q": 2}  # the inputs are left as they were
+
+
+def _write(directory: Path, name: str, fields: dict) -> Path:
+    path = directory / name
+    path.write_text(yaml.safe_dump(fields, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _fragment_and_child(tmp_path: Path) -> Path:
+    """_base.yaml: arithmetic without name and a profile; small.yaml includes it and overrides parts."""
+    base = arithmetic_raw()
+    del base["name"]
+    base["profiles"] = {"big": {"model": "builtin:other", "budget": {"steps": 50, "n_train": 100}}}
+    write_task(tmp_path, "_base", raw=base)
+    child = {
+        "include": "_base.yaml",
+        "name": "small",
+        "budget": {"steps": 7},
+        "profiles": {"big": {"budget": {"steps": 9}}},
+    }
+    return _write(tmp_path, "small.yaml", child)
+
+
+def test_include_inherits_and_merges_profiles_key_by_key(tmp_path):
+    task = load_task_file(_fragment_and_child(tmp_path))
+    raw = arithmetic_raw()
+    model, budget, params = task.resolved()
+    assert (task.name, model, budget.model_dump()) == (
+        "small",
+        raw["model"],
+        {"eval_batch_size": 64, **raw["budget"], "steps": 7},
+    )
+    assert params.model_dump() == params.model_dump() | raw["params"]
+    model, budget, _ = task.resolved("big")
+    assert (model, budget.steps, budget.n_train) == ("builtin:other", 9, 100)
+
+
+def test_an_underscore_file_is_a_fragment_not_a_task(tmp_path):
+    _fragment_and_child(tmp_path)
+    assert [p.name for p in task_files(tmp_path)] == ["small.yaml"]
+    assert "small" in load_tasks([tmp_path]) and "_base" not in load_tasks([tmp_path])
+
+
+def test_a_typo_in_an_including_file_still_fails(tmp_path):
+    _fragment_and_child(tmp_path)
+    _write(tmp_path, "small.yaml", {"include": "_base.yaml", "name": "small", "budget": {"stepz": 7}})
+    with pytest.raises(ClbenchError, match=r"^task file small\.yaml: budget\.stepz: Extra inputs are not permitted$"):
+        load_task_file(tmp_path / "small.yaml")
+
+
+def test_include_of_a_missing_file(tmp_path):
+    path = _write(tmp_path, "small.yaml", {"include": "_nope.yaml", "name": "small"})
+    with pytest.raises(ClbenchError, match=r"^task file small\.yaml: included file .*_nope\.yaml does not exist$"):
+        load_task_file(path)
+
+
+def test_include_cycle(tmp_path):
+    _write(tmp_path, "_a.yaml", {"include": "_b.yaml"})
+    _write(tmp_path, "_b.yaml", {"include": "_a.yaml"})
+    path = _write(tmp_path, "small.yaml", {"include": "_a.yaml", "name": "small"})
+    with pytest.raises(ClbenchError) as info:
+        load_task_file(path)
+    assert str(info.value) == "task file small.yaml: include cycle small.yaml → _a.yaml → _b.yaml → _a.yaml"
+
+
+def test_include_must_name_one_file(tmp_path):
+    path = _write(tmp_path, "small.yaml", {"include": ["_a.yaml", "_b.yaml"], "name": "small"})
+    with pytest.raises(ClbenchError, match=r"^task file small\.yaml: include must name one file, got \["):
+        load_task_file(path)
+
+
+# what tasks/xling-{es,de,ar}.yaml resolved to before they included tasks/_xling.yaml (dumped then)
+XLING_BEFORE = json.loads((Path(__file__).parent / "data" / "xling_resolved.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("name", sorted(XLING_BEFORE))
+def test_xling_tasks_resolve_exactly_as_before_include(name):
+    task = load_tasks().get(name)
+    assert task.spec.model_dump(mode="json") == XLING_BEFORE[name]["spec"]
+    for profile in (None, "paper"):
+        model, budget, params = task.resolved(profile)
+        resolved = {"model": model, "budget": budget.model_dump(), "params": params.model_dump(mode="json")}
+        assert resolved == XLING_BEFORE[name][profile or "default"], profile
+
+
 # ---------------------------------------------------------------- every builtin task file
 
-BUILTIN_TASK_FILES = sorted(builtin_task_dir().glob("*.yaml"))
+BUILTIN_TASK_FILES = task_files(builtin_task_dir())
 
 
 def test_there_are_builtin_tasks():

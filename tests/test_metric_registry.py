@@ -1,0 +1,165 @@
+"""The metric registry: each metric declared once, the headline lists derived, a task's own metric."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import small_raw, write_task
+
+from clbench import metrics as M
+from clbench.cli import summary
+from clbench.errors import ClbenchError
+from clbench.method import methods
+from clbench.protocol import Session, run_one
+from clbench.store import Store
+from clbench.taskspec import load_tasks
+
+# the lists cli.py (SUMMARY_METRICS), leaderboard.py (ORDER) and sweep.py (CURVE_METRICS) held before the registry
+SUMMARY_BEFORE = [
+    "target_loss",
+    "target_acc",
+    "target_acc_seen",
+    "target_acc_unseen",
+    "old_skill_acc_delta",
+    "forgetting_oldvocab",
+    "forgetting_full",
+    "trainable_params",
+    "train_seconds",
+]
+LEADERBOARD_BEFORE = [
+    "target_acc",
+    "target_acc_seen",
+    "target_acc_unseen",
+    "target_loss",
+    "old_skill_acc_delta",
+    "forgetting_oldvocab",
+    "forgetting_full",
+    "trainable_params",
+    "train_seconds",
+]
+CURVE_BEFORE = [
+    "target_loss",
+    "target_acc",
+    "target_acc_seen",
+    "target_acc_unseen",
+    "forgetting_oldvocab",
+    "forgetting_full",
+]
+
+
+def test_headline_lists_are_the_ones_before_the_registry():
+    assert M.headline("summary") == SUMMARY_BEFORE
+    assert M.headline("leaderboard") == LEADERBOARD_BEFORE
+    assert M.headline("curve") == CURVE_BEFORE
+
+
+def test_directions_are_the_ones_before_the_registry():
+    higher = {n for n in M.METRICS if M.METRICS.get(n).higher_is_better}
+    assert higher == {
+        "avg_target_acc",
+        "bwt_target_acc",
+        "bwt_target_loss",
+        "fwt_target_acc",
+        "fwt_target_loss",
+        "old_skill_acc",
+        "old_skill_acc_base",
+        "old_skill_acc_delta",
+        "old_skill_acc_delta_full",
+        "target_acc",
+        "target_acc_seen",
+        "target_acc_unseen",
+        "tokens_per_second",
+    }
+    assert len(M.METRICS.names()) == 29
+
+
+def test_a_family_member_inherits_its_familys_declaration():
+    assert M.lookup("forgetting_target_acc_spec") is M.METRICS.get("forgetting_target_acc")
+    assert M.lookup("target_acc_plus") is M.METRICS.get("target_acc")
+    assert M.lookup("target_acc_seen").definition.startswith("target_acc over the target examples of group seen")
+
+
+def test_unknown_metric_says_did_you_mean():
+    with pytest.raises(ClbenchError, match=re.escape("unknown metric 'target_acx' (did you mean 'target_acc'?)")):
+        M.lookup("target_acx")
+    with pytest.raises(KeyError, match=re.escape("did you mean 'forgetting_full'")):
+        M.higher_is_better("forgeting_full")
+
+
+@pytest.fixture
+def scratch_registry(monkeypatch):
+    """The metric registry as it is, restored after the test (which may register metrics)."""
+    monkeypatch.setattr(M.METRICS, "_items", dict(M.METRICS._items))
+    monkeypatch.setattr(M, "_declared_in", dict(M._declared_in))
+
+
+def test_a_duplicate_declaration_is_an_error(scratch_registry):
+    with pytest.raises(ClbenchError, match=r"^duplicate metric name 'target_loss'$"):
+        M.register_metric("target_loss", higher_is_better=True, definition="another target loss")
+    assert M.METRICS.get("target_loss").higher_is_better is False  # the first declaration stands
+
+
+def test_an_unknown_headline_view_is_an_error(scratch_registry):
+    with pytest.raises(ClbenchError, match=r"^metric 'x': unknown headline view\(s\) board; known: summary, "):
+        M.register_metric("x", higher_is_better=True, definition="x", headline={"board": 1})
+    with pytest.raises(ClbenchError, match=r"^unknown headline view 'board'"):
+        M.headline("board")
+
+
+def test_docs_hold_the_registrys_table():
+    docs = (Path(__file__).parent.parent / "docs" / "metrics.md").read_text(encoding="utf-8")
+    assert M.markdown_table() in docs
+
+
+# ---------------------------------------------------------------- a task's own metric
+
+GAP = """
+
+from clbench.metrics import register_metric
+
+register_metric(
+    "target_acc_gap",
+    higher_is_better=False,
+    definition="target_acc_seen − target_acc_unseen: how much the new operator's accuracy depends on the pair",
+    headline={"summary": 45},
+    compute=lambda values: values["target_acc_seen"] - values["target_acc_unseen"],
+)
+"""
+
+
+def gap_task_dir(directory: Path) -> Path:
+    """The small arithmetic task, its generator (a copy of tasks/arithmetic.py) declaring target_acc_gap."""
+    write_task(directory, "gap", raw=small_raw("gap"))
+    with (directory / "arithmetic.py").open("a", encoding="utf-8") as generator:
+        generator.write(GAP)
+    return directory
+
+
+def test_a_task_declares_a_metric_that_its_runs_store(tmp_path, tiny_builtin, scratch_registry):
+    task = load_tasks([gap_task_dir(tmp_path / "tasks")]).get("gap")
+    assert [m.name for m in task.metrics] == ["target_acc_gap"]
+    assert M.lookup("target_acc_gap").higher_is_better is False
+    assert M.headline("summary") == SUMMARY_BEFORE[:4] + ["target_acc_gap"] + SUMMARY_BEFORE[4:]
+    assert load_tasks().get("arithmetic").metrics == []  # the builtin task's module declares none
+
+    store = Store(tmp_path / "r.duckdb")
+    outcome = run_one(
+        task, methods().get("et"), seed=0, store=store, session=Session(), model="builtin:tiny", n_train=8
+    )
+    values = outcome.metrics
+    assert outcome.status == "finished"
+    assert values["target_acc_gap"] == values["target_acc_seen"] - values["target_acc_unseen"]
+    stored = store.query("SELECT value FROM results WHERE metric = 'target_acc_gap'").value.tolist()
+    assert stored == [values["target_acc_gap"]]
+    assert "target_acc_gap" in summary(store).splitlines()[0]  # a headline column of `clbench results`
+
+
+def test_loading_a_task_again_is_no_duplicate_but_another_file_declaring_its_metric_is(tmp_path, scratch_registry):
+    first = load_tasks([gap_task_dir(tmp_path / "a")]).get("gap")
+    again = load_tasks([tmp_path / "a"]).get("gap")  # another Task object executes the same file again
+    assert again.metrics == first.metrics
+    other = load_tasks([gap_task_dir(tmp_path / "b")]).get("gap")
+    with pytest.raises(ClbenchError, match=r"^duplicate metric name 'target_acc_gap'$"):
+        other.resolved()  # loading its generator module registers the metric again
