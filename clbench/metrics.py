@@ -220,6 +220,52 @@ register_metric(
     higher_is_better=False,
     definition="target_bpb of the base model with the base tokenizer on the same text (meaningful where the base tokenizer covers the text, e.g. byte-level BPE)",
 )
+register_metric(
+    "target_tokens_per_byte",
+    higher_is_better=False,
+    definition="tokens per UTF-8 byte of the target completions with the expanded tokenizer (incl. eos): what a new vocabulary saves",
+)
+register_metric(
+    "target_tokens_per_byte_base",
+    higher_is_better=False,
+    definition="target_tokens_per_byte with the base tokenizer, before expansion",
+)
+register_metric(
+    "target_top1",
+    higher_is_better=True,
+    definition="next-token top-1: the old-vocabulary argmax at the first completion position (the token right after the prompt) is right",
+    headline={"summary": 25, "leaderboard": 15},
+)
+# reference points, stored with every run (clbench/protocol.py references)
+register_metric(
+    "target_loss_nolearn",
+    higher_is_better=False,
+    definition="no-learning reference: target_loss of the unexpanded base on the same examples, each new token left as its old sub-word pieces (where the completions tokenize alike; else see target_bpb_base)",
+)
+register_metric("target_top1_nolearn", higher_is_better=True, definition="target_top1 of the no-learning reference")
+register_metric(
+    "target_loss_oracle",
+    higher_is_better=False,
+    definition="oracle reference, where the task knows what a new token stands for: target_loss of the base on the same examples with each new token replaced by its meaning (pseudowords: the word it replaced; arithmetic: *)",
+)
+register_metric("target_top1_oracle", higher_is_better=True, definition="target_top1 of the oracle reference")
+register_metric(
+    "gap_closed",
+    higher_is_better=True,
+    definition="(target_loss_nolearn − target_loss) / (target_loss_nolearn − target_loss_oracle): 0 learned nothing, 1 as good as the base reading the meaning; >1 beats it, <0 worse than not learning",
+    headline={"summary": 15, "leaderboard": 35, "curve": 15},
+)
+register_metric(
+    "target_loss_oracle_adapted",
+    higher_is_better=False,
+    definition="the adapted model's target_loss on the oracle version of the target examples (each new token replaced by its meaning)",
+)
+register_metric(
+    "word_gap",
+    higher_is_better=False,
+    definition="target_loss − target_loss_oracle_adapted, one model: what reading the new token still costs against reading its meaning; separates learning the word from adapting to the corpus",
+    headline={"leaderboard": 36},
+)
 # sequential tasks (clbench/cl_metrics.py): GEM's average, backward and forward transfer over the stage × task matrix
 register_metric(
     "avg_target_acc", higher_is_better=True, definition="mean over stages of target_acc after the last stage"

@@ -85,11 +85,13 @@ class Session:
             )
         return self.base_scores[key]
 
-    def target_of_base(self, base: Base, data: TaskData, batch_size: int) -> Scores:
-        """The target set scored by the unexpanded base with its own tokenizer (for target_bpb_base)."""
-        key = (base.fingerprint, data.fingerprint())
+    def target_of_base(self, base: Base, data: TaskData, batch_size: int, *, oracle: bool = False) -> Scores:
+        """The target set, or its oracle version, scored by the unexpanded base with its own tokenizer:
+        the no-learning and the oracle reference (clbench/protocol.py reference_metrics)."""
+        key = (base.fingerprint, data.fingerprint(), oracle)
         if key not in self.base_target_scores:
-            encoded = encode_examples(base.tokenizer, data.target_test, base.max_length)
+            examples = data.target_oracle if oracle else data.target_test
+            encoded = encode_examples(base.tokenizer, examples, base.max_length)
             vocab = len(base.tokenizer)
             self.base_target_scores[key] = score(
                 base.model, encoded, old_vocab=vocab, pad_id=base.tokenizer.pad_token_id, batch_size=batch_size
@@ -456,6 +458,16 @@ def adapt_and_evaluate(
         base_target=base_target,
         target_bytes=sum(len(e.completion.encode()) for e in data.target_test),
     )
+    oracle = data.target_oracle
+    values.update(
+        reference_metrics(
+            target=target,
+            no_learning=base_target,
+            oracle=session.target_of_base(base, data, budget.eval_batch_size, oracle=True) if oracle else None,
+            adapted_oracle=scored(model, encode_examples(tokenizer, oracle, base.max_length)) if oracle else None,
+            target_bytes=sum(len(e.completion.encode()) for e in data.target_test),
+        )
+    )
     if data.stages:
         values.update(stage_metrics(matrix, [s.name for s in stages]))
     log(
@@ -517,6 +529,33 @@ def stage_metrics(matrix: list[tuple], names: list[str]) -> dict[str, float]:
     return values
 
 
+def reference_metrics(
+    *, target: Scores, no_learning: Scores, oracle: Scores | None, adapted_oracle: Scores | None, target_bytes: int
+) -> dict[str, float]:
+    """What learning nothing, and reading what each new token stands for, score on the same
+    examples (definitions: clbench/metrics.py). Per-token losses are compared only where the
+    completions tokenize alike with and without the new tokens (the new token sits in the prompt);
+    where they do not (xling), bits per byte compare: target_bpb against target_bpb_base."""
+    values = {
+        "target_top1_nolearn": M.accuracy(no_learning.top1_old),
+        "target_tokens_per_byte": target.n_full / target_bytes,
+        "target_tokens_per_byte_base": no_learning.n_full / target_bytes,
+    }
+    alike = no_learning.n_full == target.n_full == target.n_old
+    if alike:
+        values["target_loss_nolearn"] = no_learning.loss_old
+    if oracle is not None:
+        values["target_loss_oracle"] = oracle.loss_old
+        values["target_top1_oracle"] = M.accuracy(oracle.top1_old)
+        closed = M.gap_closed(target.loss_old, no_learning.loss_old, oracle.loss_old) if alike else math.nan
+        if math.isfinite(closed):  # NaN: the oracle is no better than learning nothing, no gap to close
+            values["gap_closed"] = closed
+    if adapted_oracle is not None:
+        values["target_loss_oracle_adapted"] = adapted_oracle.loss_old
+        values["word_gap"] = target.loss_old - adapted_oracle.loss_old
+    return values
+
+
 def peak_memory_mb() -> float:
     if torch.cuda.is_available():
         return torch.cuda.max_memory_allocated() / 2**20
@@ -542,6 +581,7 @@ def collect_metrics(
         "target_loss_full": target.loss_full,
         "target_loss_init": at_init.loss_old,
         "target_acc": M.accuracy(target.hits_old),
+        "target_top1": M.accuracy(target.top1_old),
         "old_loss_base": base_old.loss_old,
         "forgetting_oldvocab": M.forgetting(old.loss_old, base_old.loss_old),
         "forgetting_full": M.forgetting(old.loss_full, base_old.loss_old),

@@ -49,10 +49,18 @@ CURVE_BEFORE = [
 ]
 
 
-def test_headline_lists_are_the_ones_before_the_registry():
-    assert M.headline("summary") == SUMMARY_BEFORE
-    assert M.headline("leaderboard") == LEADERBOARD_BEFORE
-    assert M.headline("curve") == CURVE_BEFORE
+# headline metrics added since (the reference points and next-token top-1, issue 15)
+ADDED = {"gap_closed", "target_top1", "word_gap"}
+
+
+def test_headline_lists_are_the_ones_before_the_registry_plus_the_references():
+    for view, before in [("summary", SUMMARY_BEFORE), ("leaderboard", LEADERBOARD_BEFORE), ("curve", CURVE_BEFORE)]:
+        assert [m for m in M.headline(view) if m not in ADDED] == before, view
+    assert M.headline("summary")[:4] == ["target_loss", "gap_closed", "target_acc", "target_top1"]
+    assert M.headline("leaderboard")[:7] == [
+        "target_acc", "target_top1", "target_acc_seen", "target_acc_unseen", "gap_closed", "word_gap", "target_loss"
+    ]  # fmt: skip
+    assert M.headline("curve")[:3] == ["target_loss", "gap_closed", "target_acc"]
 
 
 def test_directions_are_the_ones_before_the_registry():
@@ -71,8 +79,13 @@ def test_directions_are_the_ones_before_the_registry():
         "target_acc_seen",
         "target_acc_unseen",
         "tokens_per_second",
+        # added with the reference points (issue 15)
+        "gap_closed",
+        "target_top1",
+        "target_top1_nolearn",
+        "target_top1_oracle",
     }
-    assert len(M.METRICS.names()) == 29
+    assert len(M.METRICS.names()) == 29 + 10
 
 
 def test_a_family_member_inherits_its_familys_declaration():
@@ -141,7 +154,8 @@ def test_a_task_declares_a_metric_that_its_runs_store(tmp_path, tiny_builtin, sc
     task = load_tasks([gap_task_dir(tmp_path / "tasks")]).get("gap")
     assert [m.name for m in task.metrics] == ["target_acc_gap"]
     assert M.lookup("target_acc_gap").higher_is_better is False
-    assert M.headline("summary") == SUMMARY_BEFORE[:4] + ["target_acc_gap"] + SUMMARY_BEFORE[4:]
+    columns = M.headline("summary")  # rank 45: after target_acc_unseen (40), before old_skill_acc_delta (50)
+    assert columns[columns.index("target_acc_unseen") + 1 : columns.index("old_skill_acc_delta")] == ["target_acc_gap"]
     assert load_tasks().get("arithmetic").metrics == []  # the builtin task's module declares none
 
     store = Store(tmp_path / "r.duckdb")

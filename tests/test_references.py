@@ -1,0 +1,93 @@
+"""Reference points stored with every run: learned nothing, the oracle, gap_closed, word_gap, top-1."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from tiny_setup import TASK
+
+from clbench import metrics as M
+from clbench.data import encode_examples
+from clbench.evaluate import score
+from clbench.method import methods
+from clbench.protocol import Session, reference_metrics, run_one
+from clbench.store import Store
+from clbench.taskspec import load_tasks
+
+
+def test_gap_closed_is_the_share_of_the_gap_between_learning_nothing_and_the_oracle():
+    assert M.gap_closed(3.0, no_learning=4.0, oracle=2.0) == 0.5
+    assert M.gap_closed(4.0, no_learning=4.0, oracle=2.0) == 0.0
+    assert M.gap_closed(1.0, no_learning=4.0, oracle=2.0) == 1.5  # beats the oracle
+    assert math.isnan(M.gap_closed(3.0, no_learning=2.0, oracle=2.0))  # no gap to close
+
+
+def test_first_match_reads_each_examples_first_position():
+    correct = torch.tensor([True, False, False, True, True])
+    example_of = torch.tensor([0, 0, 1, 1, 2])
+    assert M.first_match(correct, example_of, 4).tolist() == [True, False, True, False]  # 3: no position
+
+
+def test_every_run_stores_its_references(tiny_cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("CLBENCH_CACHE", str(tmp_path / "cache"))
+    task = load_tasks([tiny_cli.tasks]).get(TASK)
+    session, store = Session(device="cpu"), Store(tmp_path / "r.duckdb")
+    outcome = run_one(task, methods().get("et"), seed=0, store=store, session=session)
+    values = outcome.metrics
+    base = session.base(str(tiny_cli.model))
+    _, budget, params = task.resolved()
+    data = session.data(task, params, base)
+    bs, vocab, pad = budget.eval_batch_size, len(base.tokenizer), base.tokenizer.pad_token_id
+    on = lambda examples: score(
+        base.model,
+        encode_examples(base.tokenizer, examples, base.max_length),
+        old_vocab=vocab,
+        pad_id=pad,
+        batch_size=bs,
+    )
+    nolearn, oracle = on(data.target_test), on(data.target_oracle)
+    assert values["target_loss_nolearn"] == nolearn.loss_old
+    assert values["target_loss_oracle"] == oracle.loss_old
+    assert values["target_top1_oracle"] == M.accuracy(oracle.top1_old)
+    # the random tiny model reads `*` no better than <unk>: no gap, so no gap_closed (see the pure test above)
+    assert oracle.loss_old >= nolearn.loss_old and "gap_closed" not in values
+    assert values["word_gap"] == values["target_loss"] - values["target_loss_oracle_adapted"]
+    n_bytes = sum(len(e.completion.encode()) for e in data.target_test)
+    assert values["target_tokens_per_byte"] == values["target_tokens_per_byte_base"] == nolearn.n_full / n_bytes
+    stored = store.query("SELECT metric, value FROM results").set_index("metric").value
+    assert stored["word_gap"] == values["word_gap"] and stored["target_top1"] == values["target_top1"]
+
+
+def scores(n_old, n_full, loss=2.0):
+    hits = torch.tensor([True, False])
+    return type("S", (), {"n_old": n_old, "n_full": n_full, "loss_old": loss, "top1_old": hits})()
+
+
+def test_references_where_the_task_knows_the_meaning():
+    values = reference_metrics(
+        target=scores(10, 10, loss=3.0),
+        no_learning=scores(10, 10, loss=4.0),
+        oracle=scores(10, 10, loss=2.0),
+        adapted_oracle=scores(10, 10, loss=2.5),
+        target_bytes=40,
+    )
+    assert values == {
+        "target_top1_nolearn": 0.5,
+        "target_tokens_per_byte": 0.25,
+        "target_tokens_per_byte_base": 0.25,
+        "target_loss_nolearn": 4.0,
+        "target_loss_oracle": 2.0,
+        "target_top1_oracle": 0.5,
+        "gap_closed": 0.5,
+        "target_loss_oracle_adapted": 2.5,
+        "word_gap": 0.5,
+    }
+
+
+def test_references_skip_per_token_losses_where_completions_tokenize_differently():
+
+    values = reference_metrics(
+        target=scores(8, 10), no_learning=scores(14, 14), oracle=None, adapted_oracle=None, target_bytes=40
+    )
+    assert values == {"target_top1_nolearn": 0.5, "target_tokens_per_byte": 0.25, "target_tokens_per_byte_base": 0.35}
