@@ -30,6 +30,12 @@ class Scores:
     hits_old: torch.Tensor  # [n_examples] bool, old-vocabulary argmax
     hits_full: torch.Tensor  # [n_examples] bool, full-vocabulary argmax
     top1_old: torch.Tensor  # [n_examples] bool, old-vocabulary argmax right at the first completion position
+    # per example: Σ NLL and scored positions, as nll_old/n_old and nll_full/n_full (their sums, in float64):
+    # what a bootstrap over examples resamples (metrics.bootstrap_se)
+    example_nll_old: torch.Tensor | None = None
+    example_n_old: torch.Tensor | None = None
+    example_nll_full: torch.Tensor | None = None
+    example_n_full: torch.Tensor | None = None
 
     @property
     def loss_old(self) -> float:
@@ -63,7 +69,7 @@ def score(model, encoded: list[Encoded], *, old_vocab: int, pad_id: int, batch_s
     full_vocab = model.get_output_embeddings().weight.shape[0]
     nll_old = nll_full = 0.0
     n_old = n_full = 0
-    correct_old, correct_full, example_of = [], [], []
+    correct_old, correct_full, example_of, position_old, position_full, is_old_all = [], [], [], [], [], []
     # batches of similar lengths waste little on padding; the order is a function of the data
     # alone, so base and adapted models still see identical batches
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].ids))
@@ -88,13 +94,18 @@ def score(model, encoded: list[Encoded], *, old_vocab: int, pad_id: int, batch_s
             nll = metrics.token_nll(logits_old, t_chunk.clamp(max=old_vocab - 1))
             nll_old += nll[is_old].sum().item()
             n_old += int(is_old.sum())
+            position_old.append(torch.where(is_old, nll, 0.0).cpu())
+            is_old_all.append(is_old.cpu())
             hit_old = logits_old.argmax(-1) == t_chunk
             if full_vocab > old_vocab:
                 logits_full = _head(model, h_chunk, None)
-                nll_full += metrics.token_nll(logits_full, t_chunk).sum().item()
+                full = metrics.token_nll(logits_full, t_chunk)
+                nll_full += full.sum().item()
+                position_full.append(full.cpu())
                 hit_full = logits_full.argmax(-1) == t_chunk
             else:  # an unexpanded model: the full softmax is the old one, computed once
                 nll_full += nll.sum().item()
+                position_full.append(nll.cpu())
                 hit_full = hit_old
             n_full += len(t_chunk)
             correct_old.append(hit_old)
@@ -103,6 +114,8 @@ def score(model, encoded: list[Encoded], *, old_vocab: int, pad_id: int, batch_s
     model.train(was_training)
     example_of = torch.cat(example_of).cpu()
     correct_old = torch.cat(correct_old).cpu()
+    per_example = lambda values: torch.zeros(len(encoded), dtype=values.dtype).index_add_(0, example_of, values)
+    is_old = torch.cat(is_old_all)
     return Scores(
         nll_old,
         n_old,
@@ -111,4 +124,8 @@ def score(model, encoded: list[Encoded], *, old_vocab: int, pad_id: int, batch_s
         metrics.exact_match(correct_old, example_of, len(encoded)),
         metrics.exact_match(torch.cat(correct_full).cpu(), example_of, len(encoded)),
         metrics.first_match(correct_old, example_of, len(encoded)),
+        per_example(torch.cat(position_old)),
+        per_example(is_old.long()),
+        per_example(torch.cat(position_full)),
+        per_example(torch.ones_like(is_old, dtype=torch.long)),
     )

@@ -22,6 +22,7 @@ from clbench.registry import Registry
 
 # the tables that show headline metrics: `clbench results`, the leaderboard's tables, `clbench sweep`'s curve
 VIEWS = ("summary", "leaderboard", "curve")
+BOOTSTRAP_RESAMPLES = 1000  # evaluation-noise estimates (bootstrap_se)
 
 
 @dataclass(frozen=True)
@@ -236,6 +237,13 @@ register_metric(
     definition="next-token top-1: the old-vocabulary argmax at the first completion position (the token right after the prompt) is right",
     headline={"summary": 25, "leaderboard": 15},
 )
+# evaluation noise (clbench/protocol.py evaluation_noise)
+for _name in ("target_loss", "forgetting_oldvocab", "forgetting_full"):
+    register_metric(
+        f"{_name}_se",
+        higher_is_better=False,
+        definition=f"evaluation noise of {_name}: bootstrap standard error over the evaluation examples ({BOOTSTRAP_RESAMPLES} resamples, fixed seed{'; paired with the base on the same examples' if _name.startswith('forgetting') else ''})",
+    )
 # reference points, stored with every run (clbench/protocol.py references)
 register_metric(
     "target_loss_nolearn",
@@ -330,6 +338,29 @@ def first_match(correct: torch.Tensor, example_of: torch.Tensor, n_examples: int
         0, example_of, index, reduce="amin"
     )
     return torch.cat([correct, torch.zeros(1, dtype=torch.bool)])[first]  # an example with no position: wrong
+
+
+def bootstrap_se(
+    nll: torch.Tensor,
+    counts: torch.Tensor,
+    base_nll: torch.Tensor | None = None,
+    base_counts: torch.Tensor | None = None,
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> float:
+    """Evaluation noise: the standard deviation, over `resamples` bootstrap resamples of the
+    examples, of Σ nll / Σ counts (a mean per-token loss), or with base_* of its difference from
+    the base's on the same resampled examples (forgetting: a paired difference). Per-example sums
+    in; a fixed seed, so the same scores give the same number. NaN for fewer than two examples."""
+    n = len(nll)
+    if n < 2:
+        return float("nan")
+    index = torch.randint(n, (resamples, n), generator=torch.Generator().manual_seed(seed))
+    value = nll.double()[index].sum(1) / counts.double()[index].sum(1)
+    if base_nll is not None:
+        value = value - base_nll.double()[index].sum(1) / base_counts.double()[index].sum(1)
+    return float(value.std())
 
 
 def gap_closed(method_loss: float, no_learning: float, oracle: float) -> float:

@@ -529,6 +529,21 @@ def stage_metrics(matrix: list[tuple], names: list[str]) -> dict[str, float]:
     return values
 
 
+def evaluation_noise(target: Scores, old: Scores, base_old: Scores) -> dict[str, float]:
+    """Bootstrap standard errors over examples (metrics.bootstrap_se): how much a headline number
+    would move on another draw of the same number of evaluation examples; seeds add their own."""
+    se = M.bootstrap_se
+    return {
+        "target_loss_se": se(target.example_nll_old, target.example_n_old),
+        "forgetting_oldvocab_se": se(
+            old.example_nll_old, old.example_n_old, base_old.example_nll_old, base_old.example_n_old
+        ),
+        "forgetting_full_se": se(
+            old.example_nll_full, old.example_n_full, base_old.example_nll_old, base_old.example_n_old
+        ),
+    }
+
+
 def reference_metrics(
     *, target: Scores, no_learning: Scores, oracle: Scores | None, adapted_oracle: Scores | None, target_bytes: int
 ) -> dict[str, float]:
@@ -592,6 +607,7 @@ def collect_metrics(
         "tokens_per_second": result.tokens_seen / result.seconds if result.seconds else float("nan"),
         "peak_mem_mb": peak_memory_mb(),
     }
+    values.update(evaluation_noise(target, old, base_old))
     if target_bytes:
         values["target_bpb"] = M.bits_per_byte(target.nll_full, target_bytes)
         if base_target is not None:

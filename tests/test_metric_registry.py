@@ -85,7 +85,7 @@ def test_directions_are_the_ones_before_the_registry():
         "target_top1_nolearn",
         "target_top1_oracle",
     }
-    assert len(M.METRICS.names()) == 29 + 10
+    assert len(M.METRICS.names()) == 29 + 13
 
 
 def test_a_family_member_inherits_its_familys_declaration():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from tiny_setup import TASK
 
@@ -91,3 +92,14 @@ def test_references_skip_per_token_losses_where_completions_tokenize_differently
         target=scores(8, 10), no_learning=scores(14, 14), oracle=None, adapted_oracle=None, target_bytes=40
     )
     assert values == {"target_top1_nolearn": 0.5, "target_tokens_per_byte": 0.25, "target_tokens_per_byte_base": 0.35}
+
+
+def test_bootstrap_se_is_the_standard_error_of_a_mean_and_zero_for_a_paired_copy():
+    x = torch.linspace(0, 2, 400, dtype=torch.float64)
+    ones = torch.ones(400, dtype=torch.long)
+    analytic = float(x.std() / 400**0.5)
+    assert M.bootstrap_se(x, ones) == pytest.approx(analytic, rel=0.06)
+    assert M.bootstrap_se(x, ones) == M.bootstrap_se(x, ones)  # a fixed seed
+    assert M.bootstrap_se(x, ones, x, ones) == 0.0  # forgetting of an unchanged model has no noise
+    assert M.bootstrap_se(torch.full((50,), 3.0), torch.full((50,), 2)) == 0.0
+    assert math.isnan(M.bootstrap_se(x[:1], ones[:1]))
