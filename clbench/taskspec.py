@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, V
 from clbench.data import TaskData
 from clbench.errors import ClbenchError
 from clbench.expand import INIT_STRATEGIES
-from clbench.metrics import Metric, declared_by
+from clbench.metrics import METRICS, Metric, declared_by
 from clbench.registry import Registry
 
 
@@ -188,6 +188,10 @@ def load_task_file(path: Path) -> Task:
         raise ClbenchError(f"task file {path.name}: init {spec.init!r} is not one of {', '.join(INIT_STRATEGIES)}")
     if path.stem != spec.name:
         raise ClbenchError(f"task file {path.name}: the file name must be the task name ({spec.name}.yaml)")
+    if spec.tune_metric not in METRICS or METRICS.get(spec.tune_metric).higher_is_better:
+        raise ClbenchError(
+            f"task file {path.name}: tune_metric {spec.tune_metric!r} is not a declared lower-is-better metric"
+        )
     return Task(spec, path)
 
 
