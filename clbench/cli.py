@@ -34,12 +34,12 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def parse_options(pairs: list[str]) -> dict[str, str]:
+def parse_options(pairs: list[str], flag: str = "--set") -> dict[str, str]:
     options = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise ClbenchError(f"--set takes KEY=VALUE, got {pair!r}")
+            raise ClbenchError(f"{flag} takes KEY=VALUE, got {pair!r}")
         options[key] = value
     return options
 
@@ -80,6 +80,12 @@ def build_parser() -> Parser:
     run.add_argument("--n-train", type=positive_int, help="override the task's number of training examples")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="method option, e.g. lr=1e-3")
     run.add_argument(
+        "--param", action="append", default=[], metavar="KEY=VALUE", help="override a task param, e.g. n_test=50"
+    )
+    run.add_argument(
+        "--budget", action="append", default=[], metavar="KEY=VALUE", help="override a budget key, e.g. steps=20"
+    )
+    run.add_argument(
         "--tuned",
         action="store_true",
         help="take each method's lr from `clbench tune`'s choice in --db (refused where there is none); "
@@ -113,6 +119,12 @@ def build_parser() -> Parser:
     tune.add_argument("--profile", help="a task profile")
     tune.add_argument("--init", help="initialisation of the new rows (default: the task's)")
     tune.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="another method option")
+    tune.add_argument(
+        "--param", action="append", default=[], metavar="KEY=VALUE", help="override a task param, e.g. n_test=50"
+    )
+    tune.add_argument(
+        "--budget", action="append", default=[], metavar="KEY=VALUE", help="override a budget key, e.g. steps=20"
+    )
     tune.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     tune.add_argument("--db", **db)
     tune.add_argument("--task-dir", **task_dir)
@@ -227,6 +239,8 @@ def cmd_run(args) -> int:
             "init": args.init,
             "n_train": args.n_train,
             "tuned": store.tuned_lr if args.tuned else None,
+            "param_overrides": parse_options(args.param, "--param"),
+            "budget_overrides": parse_options(args.budget, "--budget"),
         }
         for task_name in task_names
         for method_name in method_names
@@ -290,6 +304,8 @@ def cmd_tune(args) -> int:
     choices = tune(
         task, chosen, seeds=seeds, store=store, session=Session(device=args.device), grid=grid, options=options,
         model=args.model, profile=args.profile, init=args.init,
+        param_overrides=parse_options(args.param, "--param"),
+        budget_overrides=parse_options(args.budget, "--budget"),
     )  # fmt: skip
     print(table(choices))
     return 0

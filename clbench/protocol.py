@@ -226,14 +226,19 @@ def plan(
     n_train: int | None = None,
     split: str = "test",
     tuned: Callable[[str], float | None] | None = None,
+    param_overrides: dict | None = None,
+    budget_overrides: dict | None = None,
 ) -> Plan:
     """split: "test" scores the task's target and old text; "validation" its validation split instead
     (`clbench tune`; never reported as a result). tuned: tune key → the lr `clbench tune` chose, or
-    None; given, the run takes that lr (refused if there is none)."""
+    None; given, the run takes that lr (refused if there is none). param_/budget_overrides: of the
+    task's (--param, --budget), checked by its schemas; they are part of the config like the rest."""
     # 1. resolve: everything that determines the result goes into the config, and the run_id hashes it
     if split not in SPLITS:
         raise ClbenchError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
-    default_model, budget, params = task.resolved(profile)
+    default_model, budget, params = task.resolved(
+        profile, params_override=param_overrides, budget_override=budget_overrides
+    )
     if n_train is not None:
         if n_train < 1:
             raise ClbenchError(f"n_train must be a positive integer, got {n_train}")

@@ -17,6 +17,7 @@ of the result, and the merged mapping is checked by the same strict schema as a 
 
 from __future__ import annotations
 
+import difflib
 import importlib.resources
 import importlib.util
 from collections.abc import Callable
@@ -102,8 +103,11 @@ class Task:
         """The metrics the task's generator module declares itself (clbench.metrics.register_metric)."""
         return self._hook[2]
 
-    def resolved(self, profile: str | None = None) -> tuple[str, Budget, BaseModel]:
-        """→ (model, budget, params) for the default or a named profile."""
+    def resolved(
+        self, profile: str | None = None, *, params_override: dict | None = None, budget_override: dict | None = None
+    ) -> tuple[str, Budget, BaseModel]:
+        """→ (model, budget, params) for the default or a named profile, with a command line's
+        overrides (--param, --budget) applied last and checked by the same schemas."""
         model, budget, params = self.spec.model, self.spec.budget, dict(self.spec.params)
         if profile is not None:
             if profile not in self.spec.profiles:
@@ -116,6 +120,12 @@ class Task:
             )
             params.update(chosen.params)
         params_cls, _, _ = self._hook
+        if budget_override:
+            _known_keys(Budget, budget_override, f"task {self.name!r} has no budget key")
+            budget = _validate(Budget, {**budget.model_dump(), **budget_override}, f"task {self.name!r} --budget")
+        if params_override:
+            _known_keys(params_cls, params_override, f"task {self.name!r} has no param")
+            params.update(params_override)
         return model, budget, _validate(params_cls, params, f"task {self.name!r} params")
 
     def lrs(self, profile: str | None = None) -> dict[str, float]:
@@ -132,6 +142,15 @@ class Task:
             raise ClbenchError(f"task {self.name!r}: the generator produced an empty train, target or old-text set")
         data.check(self.name)
         return data
+
+
+def _known_keys(model_cls: type[BaseModel], overrides: dict, what: str) -> None:
+    known = list(model_cls.model_fields)
+    for key in overrides:
+        if key not in known:
+            near = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise ClbenchError(f"{what} {key!r}{hint}; known: {', '.join(known)}")
 
 
 def _validate(model_cls: type[BaseModel], value: Any, where: str):
