@@ -29,5 +29,11 @@ class ET:
 
 
 register_method(
-    "et", ETConfig, ET, train_vocab="old", description="Embedding Tuning: new input rows only, backbone frozen"
+    "et",
+    ETConfig,
+    ET,
+    train_vocab="old",
+    description="Embedding Tuning: new input rows only, backbone frozen",
+    trains_rows_outside_model=True,
+    frozen_backbone=True,
 )

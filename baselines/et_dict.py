@@ -67,4 +67,6 @@ register_method(
     ETDict,
     train_vocab="old",
     description="ET with each new row an s-sparse combination of old rows (top-s, straight-through)",
+    trains_rows_outside_model=True,
+    frozen_backbone=True,
 )

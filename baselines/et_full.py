@@ -54,4 +54,6 @@ register_method(
     ETFull,
     train_vocab="full",
     description="ET under the full softmax as PEFT's TrainableTokens: new rows only (tied: one row in and out)",
+    trains_rows_outside_model=True,
+    frozen_backbone=True,  # new rows only: on text without new tokens the hidden states are the base's
 )

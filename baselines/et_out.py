@@ -62,4 +62,6 @@ register_method(
     ETOut,
     train_vocab="full",
     description="ET plus a separate trainable output row per new token (can generate U)",
+    trains_rows_outside_model=True,
+    frozen_backbone=True,  # the output rows act on the head's logits, after the hidden states
 )

@@ -20,9 +20,9 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
 from clbench.data import Encoded, Padded
+from clbench.devices import input_device
 from clbench.errors import ClbenchError
 from clbench.method import ALL_WEIGHTS, register_method
-from clbench.models import input_device
 from clbench.train import autocast
 
 
@@ -125,4 +125,6 @@ register_method(
     EWC,
     train_vocab="full",
     description="Full fine-tuning with an EWC penalty (diagonal Fisher on replay_text) toward the old weights",
+    reads_old_text=True,
+    penalty=True,
 )

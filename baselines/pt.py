@@ -82,4 +82,5 @@ register_method(
     PromptTuning,
     train_vocab="old",
     description="Prompt tuning (peft PromptEmbedding) + the new tokens' input rows, backbone frozen",
+    trains_rows_outside_model=True,  # not frozen_backbone: the soft prompt precedes old text too
 )

@@ -46,4 +46,5 @@ register_method(
     Replay,
     train_vocab="full",
     description="Full fine-tuning with a fraction of replayed old-vocabulary text",
+    reads_old_text=True,
 )

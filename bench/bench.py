@@ -33,7 +33,7 @@ from clbench.train import epoch_batches, train
 
 def arith_setup(n_train: int = 200):
     """The arithmetic base and task data, as a run of the arithmetic task sees them."""
-    from clbench.arith import load_or_build
+    from clbench.arith_llama import load_or_build
     from clbench.taskspec import load_tasks
 
     model, tokenizer = load_or_build()

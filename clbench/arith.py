@@ -1,29 +1,20 @@
-"""The local arithmetic base model: a character-level Llama trained from scratch by clbench.
+"""Arithmetic written in characters: the operand pairs, the split the base model trains on, and the tokenizer.
 
-It stands in for the paper's Llama-3.2-3B on the arithmetic-operator task where no hub is
-reachable: it learns addition (a, b in 0–99) and multiplication (a in 0–99, b in 0–9) on a
-fixed 70% of the multiplication pairs, so a new operator can be tested on pairs the base saw
-with `*` and on pairs it did not. Rebuild it from scratch with
-`clbench build-base --force` (deterministic on CPU for a given recipe).
+The local arithmetic base model (clbench/arith_llama.py) learns addition (a, b in 0–99) and
+multiplication (a in 0–99, b in 0–9) on a fixed 70% of the multiplication pairs; the arithmetic
+tasks (tasks/arithmetic.py, tasks/sequential.py) test a new operator on pairs the base saw with `*`
+and on pairs it did not, and draw their old text from the same pairs. Both read them here.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
-import shutil
-import sys
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
-import torch
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
 
-from clbench.cache import cache_root, publish
-from clbench.data import Example, encode_examples
-from clbench.train import train
+from clbench.data import Example
 
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 CHARS = list("0123456789+*=")
@@ -40,10 +31,6 @@ def mul_pairs_seen() -> set[tuple[int, int]]:
     return set(pairs[: int(MUL_SEEN_FRACTION * len(pairs))])
 
 
-def expression(a: int, op: str, b: int, value: int) -> Example:
-    return Example(prompt=f"{a}{op}{b}=", completion=str(value))
-
-
 def char_tokenizer() -> PreTrainedTokenizerFast:
     vocab = {t: i for i, t in enumerate(SPECIALS + CHARS)}
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
@@ -54,84 +41,36 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
 
 
 @dataclass(frozen=True)
-class Recipe:
-    layers: int = 2
-    hidden: int = 128
-    mlp: int = 512
-    heads: int = 4
-    steps: int = 2000
-    batch_size: int = 128
-    lr: float = 3e-3
-    seed: int = 0
-    mul_repeat: int = 10  # multiplication pairs are 10× fewer than addition pairs; rebalance
+class Draw:
+    """One data seed's draw for the arithmetic tasks, with the old vocabulary alone (`+`, `*`)."""
 
-    def key(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+    mul_pairs: list[tuple[int, int]]  # every multiplication pair, shuffled: a task cuts its test and pool from it
+    old_text: list[str]
+    old_skill: list[Example]  # addition prompts and their values
+    replay_text: list[str]  # expressions outside old_text and old_skill: rehearsal never sees what is evaluated
+    validation_old_text: list[str]  # the next ones after replay_text, for `clbench tune`
 
 
-def corpus(recipe: Recipe) -> list[Example]:
-    """Whole expressions as text: the base is a language model of arithmetic, loss on every token."""
-    seen = sorted(mul_pairs_seen())
-    add = [Example("", f"{a}+{b}={a + b}") for a, b in ADD_PAIRS]
-    mul = [Example("", f"{a}*{b}={a * b}") for a, b in seen] * recipe.mul_repeat
-    return add + mul
-
-
-def build(recipe: Recipe, log=print) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
-    torch.manual_seed(recipe.seed)
-    tokenizer = char_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=recipe.hidden,
-        intermediate_size=recipe.mlp,
-        num_hidden_layers=recipe.layers,
-        num_attention_heads=recipe.heads,
-        num_key_value_heads=recipe.heads,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+def draw(
+    template: str, *, data_seed: int, n_old_text: int, n_old_skill: int, n_replay: int, n_validation_old: int = 0
+) -> Draw:
+    """template: the prompt, e.g. "{a}{op}{b}="; one random stream per data seed, in a fixed order."""
+    rng = random.Random(data_seed)
+    ex = lambda a, op, b, value: Example(template.format(a=a, op=op, b=b), str(value))
+    pairs = list(MUL_PAIRS)
+    rng.shuffle(pairs)
+    half = n_old_text // 2
+    old_text = [ex(a, "+", b, a + b) for a, b in rng.sample(ADD_PAIRS, half)]
+    old_text += [ex(a, "*", b, a * b) for a, b in rng.sample(MUL_PAIRS, n_old_text - half)]
+    old_skill = [ex(a, "+", b, a + b) for a, b in rng.sample(ADD_PAIRS, n_old_skill)]
+    evaluated = {e.prompt for e in old_text + old_skill}
+    replay = [ex(a, "+", b, a + b) for a, b in ADD_PAIRS] + [ex(a, "*", b, a * b) for a, b in MUL_PAIRS]
+    replay = [e for e in replay if e.prompt not in evaluated]
+    rng.shuffle(replay)
+    return Draw(
+        mul_pairs=pairs,
+        old_text=[e.prompt + e.completion for e in old_text],
+        old_skill=old_skill,
+        replay_text=[e.prompt + e.completion for e in replay[:n_replay]],
+        validation_old_text=[e.prompt + e.completion for e in replay[n_replay : n_replay + n_validation_old]],
     )
-    model = LlamaForCausalLM(config)
-    examples = encode_examples(tokenizer, corpus(recipe), config.max_position_embeddings)
-
-    def progress(step: int, loss: float) -> None:
-        if (step + 1) % 250 == 0:
-            log(f"  base model step {step + 1}/{recipe.steps}  loss {loss:.4f}")
-
-    train(
-        model,
-        [{"params": list(model.parameters())}],
-        examples,
-        steps=recipe.steps,
-        batch_size=recipe.batch_size,
-        lr=recipe.lr,
-        seed=recipe.seed,
-        pad_id=tokenizer.pad_token_id,
-        warmup_frac=0.05,
-        on_step=progress,
-    )
-    return model, tokenizer
-
-
-def load_or_build(recipe: Recipe = Recipe(), force: bool = False, log=None):
-    """Load the cached base for this recipe, building it first if missing (~70 s on 2 cores)."""
-    log = log or (lambda msg: print(msg, file=sys.stderr))
-    target = cache_root() / "models" / f"arith-llama-{recipe.key()}"
-    if force and target.exists():
-        shutil.rmtree(target)
-    if not (target / "recipe.json").exists():
-        log(f"building the arithmetic base model (recipe {recipe.key()}); cached in {target}")
-        model, tokenizer = build(recipe, log)
-
-        def write(staging: Path) -> None:
-            model.save_pretrained(staging)
-            tokenizer.save_pretrained(staging)
-            # recipe.json is written last: its presence means the rest is complete
-            (staging / "recipe.json").write_text(json.dumps(asdict(recipe), indent=1))
-
-        publish(target, write)
-    model = AutoModelForCausalLM.from_pretrained(target)
-    tokenizer = AutoTokenizer.from_pretrained(target)
-    return model, tokenizer

@@ -202,8 +202,8 @@ def build_parser() -> Parser:
 
 def cmd_run(args) -> int:
     from clbench import distributed
+    from clbench.devices import resolve_device
     from clbench.method import methods
-    from clbench.models import resolve_device
     from clbench.protocol import Session, plan, run_one
     from clbench.store import Store
     from clbench.taskspec import load_tasks
@@ -422,15 +422,15 @@ def cmd_leaderboard(args) -> int:
 
 
 def cmd_build_base(args) -> int:
-    from clbench.arith import load_or_build
+    from clbench.arith_llama import load_or_build
 
     load_or_build(force=args.force)
     return 0
 
 
 def cmd_sweep(args) -> int:
+    from clbench.devices import resolve_device
     from clbench.method import methods
-    from clbench.models import resolve_device
     from clbench.protocol import Session
     from clbench.store import Store
     from clbench.sweep import curve, sweep

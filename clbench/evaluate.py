@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from clbench import metrics
 from clbench.data import Encoded, Padded
-from clbench.models import input_device
+from clbench.devices import input_device
 from clbench.train import autocast
 
 POSITIONS_PER_CHUNK = 1024

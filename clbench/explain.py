@@ -18,7 +18,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from clbench.arith import cache_root
+from clbench.cache import cache_root
 from clbench.errors import ClbenchError
 from clbench.sparse import nearest, omp
 

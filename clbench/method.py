@@ -3,11 +3,14 @@
 A method is one file in baselines/ that defines a config dataclass (with `help` metadata on
 every field and at least `lr`) and a `setup` function, and registers them with one call:
 
-    register_method("et", ETConfig, setup, train_vocab="old", description="...")
+    register_method("et", ETConfig, setup, train_vocab="old", description="...", frozen_backbone=True, ...)
 
 setup(model, expansion, config) gets the expanded model and returns an Adapter: the parameter
 groups to optimise and a `finalize()` that returns the model to evaluate. The training loop,
 budgets and evaluation are the protocol's (clbench/protocol.py), identical for every method.
+What the protocol needs to know of a method beyond that, it reads from the registration's
+capability flags (MethodSpec), never from the adapter's attributes; each flag is checked
+against the adapter wherever the code can tell.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+import clbench.baselines  # the package alone (its __init__ is empty): where methods() finds the method files
 from clbench.errors import ClbenchError
 from clbench.expand import Expansion
 from clbench.registry import Registry
@@ -30,16 +34,16 @@ class Adapter(Protocol):
 
     def finalize(self): ...  # → the model to evaluate, new rows written into it
 
-    # Optional: training_examples(train, replay) -> list[Encoded]. If an adapter defines it, the
-    # protocol calls it once, after setup and before the first step (the weights as they were before
-    # training), and trains on what it returns instead of `train` (replay: the task's replay_text,
-    # encoded like plain text). The one hook through which a method sees old text: `replay`
+    # Optional: training_examples(train, replay) -> list[Encoded], declared by reads_old_text=True.
+    # The protocol calls it once, after setup and before the first step (the weights as they were
+    # before training), and trains on what it returns instead of `train` (replay: the task's
+    # replay_text, encoded like plain text). The one hook through which a method sees old text: `replay`
     # rehearses it; `ewc` returns `train` unchanged and estimates its Fisher on `replay`. A hook of
     # its own would hand over the same data at the same moment, so there is one.
 
-    # Optional: penalty() -> Tensor, a scalar train() adds to the loss at every step: backpropagated,
-    # clipped with the rest and checked for finiteness with it; the logged and returned training loss
-    # stay the task loss alone. `ewc`'s pull toward the old weights.
+    # Optional: penalty() -> Tensor, declared by penalty=True. A scalar train() adds to the loss at
+    # every step: backpropagated, clipped with the rest and checked for finiteness with it; the logged
+    # and returned training loss stay the task loss alone. `ewc`'s pull toward the old weights.
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,14 @@ class MethodSpec:
     setup: Callable[[Any, Expansion, Any], Adapter]
     train_vocab: Literal["old", "full"]  # "old": training softmax over V only (p(u|·) = 0)
     description: str
+    # capabilities, declared at registration (register_method checks them against the adapter class,
+    # check_adapter against each adapter the protocol sets up):
+    reads_old_text: bool = False  # the adapter has the training_examples hook (replay, ewc)
+    penalty: bool = False  # the adapter has the penalty hook (ewc)
+    trains_rows_outside_model: bool = False  # some trained parameters are not the model's (ET's new rows, pt's prompt)
+    # the adapted model's hidden states on text without new tokens are exactly the base's (et, et-dict, et-out;
+    # not pt, whose soft prompt precedes every text): its old-text numbers are the base's by construction
+    frozen_backbone: bool = False
 
     @property
     def lr_grid(self) -> tuple[float, ...]:
@@ -69,6 +81,29 @@ class MethodSpec:
         if not (isinstance(config.lr, (int, float)) and math.isfinite(config.lr) and config.lr > 0):
             raise ClbenchError(f"method {self.name!r}: lr must be a positive finite number, got {config.lr!r}")
         return config
+
+    def check_hooks(self, adapter) -> None:
+        """adapter: an Adapter or its class; the optional hooks it defines must be the ones declared."""
+        for flag, hook in HOOKS.items():
+            declared, defined = getattr(self, flag), hasattr(adapter, hook)
+            if declared and not defined:
+                raise ClbenchError(f"method {self.name!r} declares {flag}=True, and its adapter has no {hook}()")
+            if defined and not declared:
+                raise ClbenchError(f"method {self.name!r}: its adapter defines {hook}(); declare {flag}=True")
+
+    def check_adapter(self, adapter, model) -> None:
+        """What can be told of a set-up adapter only: its hooks, and whether it trains parameters outside the model."""
+        self.check_hooks(adapter)
+        own = {id(p) for p in model.parameters()}
+        outside = any(id(p) not in own for group in adapter.param_groups for p in group["params"])
+        if outside != self.trains_rows_outside_model:
+            raise ClbenchError(
+                f"method {self.name!r} declares trains_rows_outside_model={self.trains_rows_outside_model}, "
+                f"and its adapter trains {'some' if outside else 'no'} parameters outside the model"
+            )
+
+
+HOOKS = {"reads_old_text": "training_examples", "penalty": "penalty"}  # capability flag → the adapter's hook
 
 
 def _coerce(field: dataclasses.Field, value: Any, method: str) -> Any:
@@ -93,10 +128,34 @@ ALL_WEIGHTS = (1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3)
 METHODS: Registry[MethodSpec] = Registry("method")
 
 
-def register_method(name, config_cls, setup, *, train_vocab, description) -> MethodSpec:
+def register_method(
+    name,
+    config_cls,
+    setup,
+    *,
+    train_vocab,
+    description,
+    reads_old_text=False,
+    penalty=False,
+    trains_rows_outside_model=False,
+    frozen_backbone=False,
+) -> MethodSpec:
     if "lr" not in {f.name for f in dataclasses.fields(config_cls)}:
         raise ClbenchError(f"method {name!r}: its config needs an 'lr' field")
-    return METHODS.register(name, MethodSpec(name, config_cls, setup, train_vocab, description))
+    spec = MethodSpec(
+        name,
+        config_cls,
+        setup,
+        train_vocab,
+        description,
+        reads_old_text=reads_old_text,
+        penalty=penalty,
+        trains_rows_outside_model=trains_rows_outside_model,
+        frozen_backbone=frozen_backbone,
+    )
+    if isinstance(setup, type):  # an adapter class: its hooks are known now; a setup function's at set-up
+        spec.check_hooks(setup)
+    return METHODS.register(name, spec)
 
 
 _loaded = False
@@ -107,8 +166,7 @@ def methods() -> Registry[MethodSpec]:
     global _loaded
     if not _loaded:
         _loaded = True
-        import clbench.baselines as package
-
-        for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
+        # imported here, not above: each of them imports this module to register itself
+        for module in sorted(m.name for m in pkgutil.iter_modules(clbench.baselines.__path__)):
             importlib.import_module(f"clbench.baselines.{module}")
     return METHODS

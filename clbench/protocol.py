@@ -19,18 +19,20 @@ import resource
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 
 from clbench import cl_metrics, distributed
 from clbench import metrics as M
 from clbench.data import Encoded, Stage, TaskData, encode_examples, encode_texts
+from clbench.devices import resolve_device
 from clbench.errors import ClbenchError, DivergedError
 from clbench.evaluate import Scores, score
 from clbench.expand import INIT_STRATEGIES, add_new_tokens, check_expansion, expand
 from clbench.explain import rows_file, save_new_rows
 from clbench.method import MethodSpec
-from clbench.models import Base, load_base, resolve_device
+from clbench.models import Base, load_base
 from clbench.provenance import git_commit, versions
 from clbench.store import Claim, Store, now
 from clbench.taskspec import Budget, Task
@@ -126,6 +128,8 @@ class Plan:
     base: Base
     data: TaskData
     budget: Budget
+    init: str
+    seed: int
 
 
 def run_one(
@@ -136,74 +140,59 @@ def run_one(
     on_adapted(base, data, adapted_model, tokenizer), if given, sees the adapted model in memory
     after evaluation (lm-eval checks); it is not called for skipped or failed runs."""
     planned = plan(task, method, seed=seed, session=session, **how)
-    run_id, config, method_config, base, data, budget = (
-        planned.run_id,
-        planned.config,
-        planned.method_config,
-        planned.base,
-        planned.data,
-        planned.budget,
-    )
-    init = config["init"]
     # launched as several processes, only the main one touches the store; its claim decides for all
-    claim = distributed.main_decides(lambda: claim_unless_finished(store, run_id))
+    claim = distributed.main_decides(lambda: claim_unless_finished(store, planned.run_id))
     if claim.state == "finished":
-        return Outcome(run_id, "skipped", {})
+        return Outcome(planned.run_id, "skipped", {})
     if claim.state == "busy":
         log(f"{task.name} × {method.name} (seed {seed}): running in {claim.holder}; left to it")
-        return Outcome(run_id, "busy", {})
+        return Outcome(planned.run_id, "busy", {})
     if claim.attempt > 1:
-        log(f"retrying run {run_id} (attempt {claim.attempt}; the previous attempt was interrupted or failed)")
+        log(f"retrying run {planned.run_id} (attempt {claim.attempt}; the previous attempt was interrupted or failed)")
 
-    log(f"{task.name} × {method.name} (seed {seed}, model {base.ref}, n_train {budget.n_train}, {budget.steps} steps)")
+    size = f"n_train {planned.budget.n_train}, {planned.budget.steps} steps"
+    log(f"{task.name} × {method.name} (seed {seed}, model {planned.base.ref}, {size})")
     started = now()
-    matrix: list[tuple] = []
     main = distributed.is_main()
     try:
-        with store.heartbeat(run_id, claim.attempt) if main else contextlib.nullcontext():
-            values = adapt_and_evaluate(
-                base,
-                data,
-                method,
-                method_config,
-                budget,
-                init,
-                seed,
-                session,
-                rows_path=rows_file(run_id) if main else None,
+        with store.heartbeat(planned.run_id, claim.attempt) if main else contextlib.nullcontext():
+            evaluated = adapt_and_evaluate(
+                planned,
+                method=method,
+                session=session,
+                rows_path=rows_file(planned.run_id) if main else None,
                 on_adapted=on_adapted,
-                matrix=matrix,
             )
-            values.update(M.computed(task.metrics, values))  # the task's own metrics, from the others
+            evaluated.values.update(M.computed(task.metrics, evaluated.values))  # the task's own, from the others
         status, reason = "finished", None
     except DivergedError as error:
-        values, matrix, status, reason = {}, [], "failed", str(error)
+        evaluated, status, reason = Evaluated({}, []), "failed", str(error)
         log(f"  failed: {reason}")
     if not main:
-        return Outcome(run_id, status, values, reason)
+        return Outcome(planned.run_id, status, evaluated.values, reason)
     store.record(
         {
-            "run_id": run_id,
+            "run_id": planned.run_id,
             "task": task.name,
             "task_version": task.spec.version,
             "method": method.name,
-            "model": base.ref,
+            "model": planned.base.ref,
             "seed": seed,
             "status": status,
             "reason": reason,
-            "config": config,
-            "model_fingerprint": base.fingerprint,
-            "data_fingerprint": config["data_fingerprint"],
+            "config": planned.config,
+            "model_fingerprint": planned.base.fingerprint,
+            "data_fingerprint": planned.config["data_fingerprint"],
             "versions": versions(),
             "git_commit": git_commit(),
             "started_at": started,
             "finished_at": now(),
         },
-        values,
+        evaluated.values,
         attempt=claim.attempt,
-        stage_matrix=matrix,
+        stage_matrix=evaluated.matrix,
     )
-    return Outcome(run_id, status, values, reason)
+    return Outcome(planned.run_id, status, evaluated.values, reason)
 
 
 def claim_unless_finished(store: Store, run_id: str):
@@ -280,7 +269,7 @@ def plan(
     method_config = method.config(options)
     config["method_config"] = asdict(method_config)
     run_id = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
-    if hasattr(method.setup, "training_examples") and not data.replay_text:
+    if method.reads_old_text and not data.replay_text:
         # the hook hands a method the task's old text (replay rehearses it, ewc estimates its Fisher on it);
         # checked here, or the run would be claimed before the method finds nothing to read
         raise ClbenchError(
@@ -290,18 +279,18 @@ def plan(
     if distributed.launched() and distributed.fsdp_requested():
         # FSDP replaces the model's parameters with shards (distributed.DataParallel): the ET family and pt
         # train rows outside them, and a penalty (ewc) holds its own references to the unsharded ones
-        if method.train_vocab == "old":
+        if method.trains_rows_outside_model:
             raise ClbenchError(
                 f"method {method.name!r} trains new rows outside the model and needs no sharding: "
                 "launch it without --use_fsdp (DDP); FSDP is for methods that train the model's weights"
             )
-        if hasattr(method.setup, "penalty"):
+        if method.penalty:
             raise ClbenchError(
                 f"method {method.name!r} computes its penalty on references to the unsharded weights, "
                 "which FSDP replaces: launch it without --use_fsdp (DDP)"
             )
     preflight(base, data, budget, init)
-    return Plan(run_id, config, method_config, base, data, budget)
+    return Plan(run_id, config, method_config, base, data, budget, init=init, seed=seed)
 
 
 SPLITS = ("test", "validation")
@@ -368,21 +357,18 @@ def stages_of(data: TaskData) -> list[Stage]:
     return data.stages or [Stage("", data.new_tokens, data.train, data.target_test)]
 
 
+@dataclass(frozen=True)
+class Evaluated:
+    values: dict[str, float]  # the run's metrics
+    matrix: list[tuple]  # a sequential task's stage × task matrix (stage_row); empty for a plain task
+
+
 def adapt_and_evaluate(
-    base: Base,
-    data: TaskData,
-    method: MethodSpec,
-    method_config,
-    budget,
-    init: str,
-    seed: int,
-    session: Session,
-    rows_path=None,
-    on_adapted=None,
-    matrix: list[tuple] | None = None,
-) -> dict[str, float]:
-    """→ the run's metrics; a sequential task's stage × task matrix is appended to `matrix`."""
-    matrix = [] if matrix is None else matrix
+    planned: Plan, *, method: MethodSpec, session: Session, rows_path: Path | None = None, on_adapted=None
+) -> Evaluated:
+    """rows_path: where the learned new rows go (None: not kept); on_adapted: as in run_one."""
+    base, data, budget, seed = planned.base, planned.data, planned.budget, planned.seed
+    matrix: list[tuple] = []
     old_vocab, pad = len(base.tokenizer), base.tokenizer.pad_token_id
     base_old, base_skill = session.scores_of_base(base, data, budget.eval_batch_size)
     base_target = session.target_of_base(base, data, budget.eval_batch_size)
@@ -392,7 +378,9 @@ def adapt_and_evaluate(
     model = base.own_model()  # before seeding: a reload (device_map) must not shift the run's random stream
     torch.manual_seed(seed)
     tokenizer = copy.deepcopy(base.tokenizer)
-    expansion = expand(model, tokenizer, data.new_tokens, init=init, seed=seed, whole_words=data.whole_word_tokens)
+    expansion = expand(
+        model, tokenizer, data.new_tokens, init=planned.init, seed=seed, whole_words=data.whole_word_tokens
+    )
     target_set = encode_examples(tokenizer, data.target_test, base.max_length)
     old_set, skill_set = old_sets(base, data)
     scored = lambda m, examples: score(m, examples, old_vocab=old_vocab, pad_id=pad, batch_size=budget.eval_batch_size)
@@ -406,7 +394,7 @@ def adapt_and_evaluate(
         torch.cuda.reset_peak_memory_stats()
     results, trainable, first_new = [], 0, 0
     for number, stage in enumerate(stages, 1):
-        adapter = setup(method, model, expansion.part(first_new, len(stage.new_tokens)), method_config)
+        adapter = setup(method, model, expansion.part(first_new, len(stage.new_tokens)), planned.method_config)
         first_new += len(stage.new_tokens)
         trainable = max(trainable, sum(p.numel() for group in adapter.param_groups for p in group["params"]))
         progress_every = max(1, budget.steps // 5)
@@ -417,7 +405,7 @@ def adapt_and_evaluate(
                 log(f"  {prefix}step {step + 1}/{budget.steps}  loss {loss:.4f}")
 
         train_set = encode_examples(tokenizer, stage.train[: budget.n_train], base.max_length)
-        if hasattr(adapter, "training_examples"):  # optional hook (clbench/method.py): old text (replay, ewc)
+        if method.reads_old_text:  # the training_examples hook (clbench/method.py): old text (replay, ewc)
             train_set = adapter.training_examples(
                 train_set, encode_texts(tokenizer, data.replay_text, base.max_length)
             )
@@ -428,12 +416,12 @@ def adapt_and_evaluate(
                 train_set,
                 steps=budget.steps,
                 batch_size=budget.batch_size,
-                lr=method_config.lr,
+                lr=planned.method_config.lr,
                 seed=seed,
                 pad_id=pad,
                 vocab_limit=old_vocab if method.train_vocab == "old" else None,
                 on_step=progress,
-                penalty=getattr(adapter, "penalty", None),
+                penalty=adapter.penalty if method.penalty else None,
             )
         )
         model = adapter.finalize()
@@ -451,9 +439,9 @@ def adapt_and_evaluate(
         sum(r.seconds for r in results),
     )
     values = collect_metrics(
-        base_old,
-        base_skill,
-        at_init,
+        base_old=base_old,
+        base_skill=base_skill,
+        at_init=at_init,
         target=target,
         old=scored(model, old_set),
         skill=scored(model, skill_set),
@@ -490,13 +478,14 @@ def adapt_and_evaluate(
             raise DivergedError(f"non-finite {name} ({values[name]}) after training")
     if on_adapted is not None:
         on_adapted(base, data, model, tokenizer)
-    return values
+    return Evaluated(values, matrix)
 
 
 def setup(method: MethodSpec, model, expansion, method_config):
-    """method.setup, where weights that device_map offloaded to cpu/disk cannot be made trainable."""
+    """method.setup, where weights that device_map offloaded to cpu/disk cannot be made trainable; the
+    adapter is held to the method's declared capabilities."""
     try:
-        return method.setup(model, expansion, method_config)
+        adapter = method.setup(model, expansion, method_config)
     except RuntimeError as error:
         if not any(p.is_meta for p in model.parameters()):
             raise
@@ -504,6 +493,8 @@ def setup(method: MethodSpec, model, expansion, method_config):
             f"method {method.name!r} trains weights that device_map offloaded to cpu/disk "
             f"({str(error).splitlines()[0]}); only methods that train new rows or adapters run there"
         ) from None
+    method.check_adapter(adapter, model)
+    return adapter
 
 
 STAGE_METRICS = ("target_loss", "target_acc")
@@ -583,10 +574,10 @@ def peak_memory_mb() -> float:
 
 
 def collect_metrics(
+    *,
     base_old: Scores,
     base_skill: Scores,
     at_init: Scores,
-    *,
     target: Scores,
     old: Scores,
     skill: Scores,

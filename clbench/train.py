@@ -16,10 +16,10 @@ import torch
 import torch.nn.functional as F
 
 from clbench.data import Encoded, Padded
+from clbench.devices import input_device
 from clbench.distributed import DataParallel, launched
 from clbench.errors import ClbenchError, DivergedError
 from clbench.faults import fault_point
-from clbench.models import input_device
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,11 @@ import random
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
-from clbench.arith import ADD_PAIRS, MUL_PAIRS
+from clbench import arith
 from clbench.data import Example, Stage, TaskData
 from clbench.errors import ClbenchError
-from clbench.tasks import arithmetic
 
-OPERATIONS = {"*": (MUL_PAIRS, lambda a, b: a * b), "+": (ADD_PAIRS, lambda a, b: a + b)}
+OPERATIONS = {"*": (arith.MUL_PAIRS, lambda a, b: a * b), "+": (arith.ADD_PAIRS, lambda a, b: a + b)}
 
 
 class StageParams(BaseModel):
@@ -49,15 +48,12 @@ def build(params: Params, tokenizer) -> TaskData:
     if len({s.name for s in params.stages}) != len(params.stages):
         raise ClbenchError("sequential: stage names must be distinct")
     stages = [stage(spec, params, i) for i, spec in enumerate(params.stages)]
-    old = arithmetic.build(
-        arithmetic.Params(
-            template=params.template,
-            n_old_skill=params.n_old_skill,
-            n_old_text=params.n_old_text,
-            n_replay=params.n_replay,
-            data_seed=params.data_seed,
-        ),
-        tokenizer,
+    old = arith.draw(  # the arithmetic task's old text for the same seed
+        params.template,
+        data_seed=params.data_seed,
+        n_old_text=params.n_old_text,
+        n_old_skill=params.n_old_skill,
+        n_replay=params.n_replay,
     )
     return TaskData(
         new_tokens=[t for s in stages for t in s.new_tokens],

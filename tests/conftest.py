@@ -16,7 +16,7 @@ import torch
 import yaml
 from transformers import LlamaConfig, LlamaForCausalLM
 
-import clbench.arith
+import clbench.arith_llama
 from clbench.arith import char_tokenizer
 from clbench.taskspec import builtin_task_dir
 
@@ -48,7 +48,7 @@ def _no_real_base(request, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a default-tier test tried to load or build the arithmetic base model")
 
-    monkeypatch.setattr(clbench.arith, "load_or_build", refuse)
+    monkeypatch.setattr(clbench.arith_llama, "load_or_build", refuse)
 
 
 def tiny_llama(tokenizer, *, tied: bool, hidden: int = HIDDEN, seed: int = 0) -> LlamaForCausalLM:

@@ -168,6 +168,7 @@ def test_two_processes_train_one_run_like_one_process(method, engine, tiny_cli, 
     "method, message",
     [
         ("et", "trains new rows outside the model and needs no sharding"),
+        ("et-out", "trains new rows outside the model and needs no sharding"),  # train_vocab "full", rows outside
         ("ewc", "computes its penalty on references to the unsharded weights"),
     ],
 )

@@ -3,13 +3,15 @@
 The real bases make this hours of CPU; a tiny tied Llama over the character vocabulary runs each
 pair in seconds and still exercises what differs between tasks: stages, whole-word tokens,
 replay text, old-skill probes, byte counts. Each pair must finish with finite target and
-forgetting numbers, and the ET family must leave old-vocabulary text exactly as the base had it.
+forgetting numbers, and a method declared frozen_backbone must leave old-vocabulary text exactly
+as the base had it.
 """
 
 import math
 
 import pytest
 import torch
+from test_methods import FROZEN_BACKBONE
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from clbench.arith import char_tokenizer
@@ -18,8 +20,6 @@ from clbench.models import Base, fingerprint
 from clbench.protocol import Session, run_one
 from clbench.store import Store
 from clbench.taskspec import load_tasks
-
-ET_FAMILY = {"et", "et-dict", "et-out", "pt"}  # backbone and old rows frozen
 
 
 def tiny_tied_base() -> Base:
@@ -60,6 +60,6 @@ def test_method_runs_on_task(task_name, method_name, session, tmp_path):
     values = outcome.metrics
     for name in ("target_loss", "target_loss_full", "forgetting_oldvocab", "forgetting_full"):
         assert math.isfinite(values[name]), name
-    if method_name in ET_FAMILY and method_name != "pt":  # pt's soft prompt is in front of old text too
+    if method_name in FROZEN_BACKBONE:  # old text's hidden states are the base's: not pt, whose prompt precedes it
         assert values["forgetting_oldvocab"] == 0.0
         assert values.get("old_skill_acc_delta", 0.0) == 0.0

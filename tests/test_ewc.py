@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 import torch
 import torch.nn.functional as F
-from test_methods import tiny_base, tiny_data
+from test_methods import tiny_base, tiny_data, tiny_plan
 
 from clbench.baselines.ewc import diagonal_fisher
 from clbench.data import encode_examples, encode_texts
@@ -132,9 +132,8 @@ def test_a_huge_lambda_keeps_old_text_where_fft_loses_it():
 
     def forgetting(name, **options):
         spec = methods().get(name)
-        values = adapt_and_evaluate(
-            base, data, spec, spec.config({"lr": 1e-2, **options}), budget, "random", 0, Session()
-        )
+        plan = tiny_plan(base, data, spec.config({"lr": 1e-2, **options}), budget)
+        values = adapt_and_evaluate(plan, method=spec, session=Session()).values
         return values["forgetting_oldvocab"], values["target_loss"]
 
     fft = forgetting("fft")
@@ -151,4 +150,4 @@ def test_ewc_refuses_a_task_without_replay_text():
     with pytest.raises(
         ClbenchError, match="^method 'ewc' needs old text to estimate its Fisher on: the task has no replay_text$"
     ):
-        adapt_and_evaluate(base, data, spec, spec.config(), budget, "random", 0, Session())
+        adapt_and_evaluate(tiny_plan(base, data, spec.config(), budget), method=spec, session=Session())

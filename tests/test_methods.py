@@ -11,18 +11,18 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from clbench.arith import char_tokenizer
-from clbench.data import Example, TaskData, encode_examples
+from clbench.data import Example, TaskData, encode_examples, encode_texts
 from clbench.errors import ClbenchError
 from clbench.expand import expand
 from clbench.explain import load_new_rows
-from clbench.method import methods
+from clbench.method import methods, register_method
 from clbench.models import Base, fingerprint
-from clbench.protocol import Session, adapt_and_evaluate
+from clbench.protocol import Plan, Session, adapt_and_evaluate
 from clbench.taskspec import Budget
 from clbench.train import train
 
 D, MLP, LAYERS = 16, 32, 1
-ET_FAMILY = {"et", "et-dict", "et-out"}  # old weights must stay bit-identical
+FROZEN_BACKBONE = {name for name in methods() if methods().get(name).frozen_backbone}  # old weights bit-identical
 
 
 def tiny_base(tied: bool) -> Base:
@@ -55,6 +55,11 @@ def tiny_data() -> TaskData:
         old_skill=[Example("5+6=", "11"), Example("20+22=", "42")],
         replay_text=["2+2=4", "9*3=27"],
     )
+
+
+def tiny_plan(base: Base, data: TaskData, method_config, budget: Budget) -> Plan:
+    """A Plan as plan() would make it for a task of `data` (init random, seed 0); run_id and config unread."""
+    return Plan("tiny", {}, method_config, base, data, budget, init="random", seed=0)
 
 
 def expected_trainable(name: str, tied: bool, old_vocab: int, n_new: int) -> int:
@@ -98,16 +103,11 @@ def test_every_method_keeps_its_contract(name, tied, tmp_path):
 
     budget = Budget(n_train=6, steps=3, batch_size=4, eval_batch_size=8)
     values = adapt_and_evaluate(
-        base,
-        data,
-        dataclasses.replace(spec, setup=setup),
-        spec.config(),
-        budget,
-        "random",
-        0,
-        Session(),
+        tiny_plan(base, data, spec.config(), budget),
+        method=dataclasses.replace(spec, setup=setup),
+        session=Session(),
         rows_path=tmp_path / "rows.safetensors",
-    )
+    ).values
     model, expansion = seen["model"], seen["expansion"]
     old, new = expansion.old_vocab, slice(expansion.old_vocab, expansion.new_vocab)
 
@@ -119,9 +119,9 @@ def test_every_method_keeps_its_contract(name, tied, tmp_path):
         and torch.equal(stored["input"], embedding[new])
         and torch.equal(stored["output"], head[new])
     )
-    if name not in ET_FAMILY:
+    if name not in FROZEN_BACKBONE:
         return
-    # ET family: every base weight bit-identical, old rows included; only new rows moved
+    # frozen backbone: every base weight bit-identical, old rows included; only new rows moved
     base_embedding, base_head = head_and_embedding(base.model)
     assert torch.equal(embedding[:old], base_embedding) and torch.equal(head[:old], base_head)
     assert not torch.equal(embedding[new], seen["before"]["model.embed_tokens.weight"][new])
@@ -129,6 +129,10 @@ def test_every_method_keeps_its_contract(name, tied, tmp_path):
     base_state = base.model.state_dict()
     assert all(torch.equal(tensor, base_state[key]) for key, tensor in model.state_dict().items() if key not in skip)
     assert values["forgetting_oldvocab"] == 0.0 and values["old_skill_acc_delta"] == 0.0
+    old_text = torch.tensor([encode_texts(base.tokenizer, data.old_text[:1], 32)[0].ids])
+    with torch.no_grad():  # what frozen_backbone declares: the hidden states on old text are the base's
+        hidden = lambda m: m(input_ids=old_text, output_hidden_states=True).hidden_states
+        assert all(torch.equal(mine, theirs) for mine, theirs in zip(hidden(model), hidden(base.model)))
     if name == "et-out":  # its own output row, trained, distinct from the input row even when tied
         adapter = seen["adapter"]
         assert torch.equal(head[new], adapter.out_rows.detach()) and torch.equal(
@@ -137,6 +141,66 @@ def test_every_method_keeps_its_contract(name, tied, tmp_path):
         assert not torch.equal(head[new], embedding[new]) and head.data_ptr() != embedding.data_ptr()
     elif not tied:  # ET's untied new output row is never trained: still its initialisation
         assert torch.equal(head[new], seen["before"]["lm_head.weight"][new])
+
+
+class Hooked:
+    """An adapter class with both optional hooks."""
+
+    def __init__(self, model, expansion, config):
+        self.param_groups, self.model = [{"params": [torch.nn.Parameter(torch.zeros(1))]}], model
+
+    def training_examples(self, train, replay):
+        return train
+
+    def penalty(self):
+        return torch.zeros(())
+
+    def finalize(self):
+        return self.model
+
+
+@dataclasses.dataclass(frozen=True)
+class LrOnly:
+    lr: float = 1e-3
+
+
+@pytest.mark.parametrize(
+    "declared, message",
+    [
+        ({"penalty": True}, r"its adapter defines training_examples\(\); declare reads_old_text=True"),
+        ({"reads_old_text": True}, r"its adapter defines penalty\(\); declare penalty=True"),
+    ],
+)
+def test_registration_refuses_a_hook_it_does_not_declare(declared, message):
+    with pytest.raises(ClbenchError, match=f"^method 'hooked': {message}$"):
+        register_method("hooked", LrOnly, Hooked, train_vocab="full", description="", **declared)
+    assert "hooked" not in methods()
+
+
+def test_registration_refuses_a_declared_hook_the_adapter_lacks():
+    fft = methods().get("fft")
+    with pytest.raises(
+        ClbenchError, match=r"^method 'plain' declares penalty=True, and its adapter has no penalty\(\)$"
+    ):
+        register_method("plain", LrOnly, fft.setup, train_vocab="full", description="", penalty=True)
+    assert "plain" not in methods()
+
+
+def test_an_adapter_is_held_to_its_declarations_when_set_up():
+    # a setup function's adapter is known only once set up: the protocol checks it there (protocol.setup)
+    model = tiny_base(tied=False).model
+    adapter = Hooked(model, None, None)  # its one parameter is outside the model
+    spec = dataclasses.replace(methods().get("fft"), reads_old_text=True)
+    with pytest.raises(ClbenchError, match="^method 'fft': its adapter defines penalty\\(\\); declare penalty=True$"):
+        spec.check_adapter(adapter, model)
+    spec = dataclasses.replace(spec, penalty=True)
+    with pytest.raises(
+        ClbenchError,
+        match="^method 'fft' declares trains_rows_outside_model=False, and its adapter trains some parameters "
+        "outside the model$",
+    ):
+        spec.check_adapter(adapter, model)
+    assert dataclasses.replace(spec, trains_rows_outside_model=True).check_adapter(adapter, model) is None
 
 
 def test_lora_merge_keeps_the_trained_rows():

@@ -246,7 +246,7 @@ class Exploding(torch.nn.Module):
         super().__init__()
         self.scale = torch.nn.Parameter(torch.ones(4))
 
-    def get_input_embeddings(self):  # where train() sends the inputs (clbench.models.input_device)
+    def get_input_embeddings(self):  # where train() sends the inputs (clbench.devices.input_device)
         return SimpleNamespace(weight=self.scale)
 
     def forward(self, input_ids):

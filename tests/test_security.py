@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from clbench import arith, models
+from clbench import arith_llama, models
 from clbench.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted(p for folder in ("clbench", "baselines", "tasks") for p in (ROOT / folder).rglob("*.py"))
-TINY_RECIPE = arith.Recipe(layers=1, hidden=16, mlp=32, heads=2, steps=2, batch_size=4)
+TINY_RECIPE = arith_llama.Recipe(layers=1, hidden=16, mlp=32, heads=2, steps=2, batch_size=4)
 
 
 def test_remote_code_runs_only_when_passed_and_weights_come_from_safetensors(tiny_cli, tmp_path, monkeypatch):
@@ -92,7 +92,9 @@ def test_the_source_scan_catches_what_it_forbids():
 def test_results_and_caches_follow_the_umask_and_are_never_world_writable(umask, tiny_cli, tmp_path, monkeypatch):
     monkeypatch.setenv("CLBENCH_CACHE", str(tmp_path / "cache"))
     # a builtin model, so the run writes the model cache too
-    monkeypatch.setitem(models.BUILTIN, "tiny-arith-llama", lambda log: arith.load_or_build(TINY_RECIPE, log=log))
+    monkeypatch.setitem(
+        models.BUILTIN, "tiny-arith-llama", lambda log: arith_llama.load_or_build(TINY_RECIPE, log=log)
+    )
     db = tmp_path / "results" / "r.duckdb"
     db.parent.mkdir()
     previous = os.umask(umask)
