@@ -284,8 +284,8 @@ def cmd_run(args) -> int:
 
 
 def cmd_tune(args) -> int:
-    from clbench.method import methods
     from clbench.devices import resolve_device
+    from clbench.method import methods
     from clbench.protocol import Session
     from clbench.store import Store
     from clbench.taskspec import load_tasks
