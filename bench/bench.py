@@ -2,6 +2,8 @@
 
     python bench/bench.py                 # all sections, 5 repeats
     python bench/bench.py --only overhead --repeats 7
+    python bench/bench.py --only optimizer    # fused vs default AdamW, an FFT step on SmolLM2-135M's shape
+    python bench/bench.py --only ewc-fisher   # ewc's Fisher on SmolLM2-135M: peak RSS vs the weights
 
 Each ratio is measured within one run, configurations interleaved, so machine noise hits both sides.
 Memory is a child process's peak resident set (a fresh process per configuration), since on CPU
@@ -23,8 +25,10 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from transformers import LlamaConfig, LlamaForCausalLM
 
+import clbench.train
 from clbench.data import Example, collate, encode_examples
 from clbench.expand import expand
 from clbench.method import methods
@@ -108,6 +112,8 @@ def section_overhead(args) -> dict:
     }
 
 
+SMOLLM2_135M_PARAMS = 134_515_008  # tied embeddings counted once
+
 SMOL_SHAPE = {
     "vocab_size": 49152,
     "hidden_size": 576,
@@ -120,18 +126,24 @@ SMOL_SHAPE = {
 }
 
 
+def smol_shape():
+    """A random-weight model of SmolLM2-135M's shape (the cost does not depend on the weights), char tokenizer."""
+    from clbench.arith import char_tokenizer
+
+    model, tokenizer = LlamaForCausalLM(LlamaConfig(**SMOL_SHAPE)), char_tokenizer()
+    model.resize_token_embeddings(len(tokenizer))  # keep ids valid; the width is what costs
+    model.resize_token_embeddings(SMOL_SHAPE["vocab_size"])
+    return model, tokenizer
+
+
 def child_step_cost(method: str, shape: str, steps: int) -> dict:
     """Runs in a fresh process: median seconds per step and this process's peak RSS."""
     torch.manual_seed(0)
     if shape == "arith":
         model, tokenizer, new_tokens, examples = arith_setup()
         batch = 32
-    else:  # a random-weight model of SmolLM2-135M's shape: the cost does not depend on the weights
-        from clbench.arith import char_tokenizer
-
-        model, tokenizer = LlamaForCausalLM(LlamaConfig(**SMOL_SHAPE)), char_tokenizer()
-        model.resize_token_embeddings(len(tokenizer))  # keep ids valid; the width is what costs
-        model.resize_token_embeddings(SMOL_SHAPE["vocab_size"])
+    else:
+        model, tokenizer = smol_shape()
         digits = "0123456789" * 13
         examples, new_tokens, batch = [Example(digits[:64] + "<spec>", digits[:64])] * 8, ["<spec>"], 4
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -193,6 +205,158 @@ def section_et_vs_fft(args) -> dict:
             "peak_rss_ratio_et_over_fft": med["et"]["peak_rss_mb"] / med["fft"]["peak_rss_mb"],
             "target": "time ratio <= 0.7",
         }
+    return out
+
+
+def fft_steps(model, tokenizer, examples: list[Example], steps: int, *, fused: bool) -> dict:
+    """`steps` fft steps through clbench's train() from `model`'s weights (a copy), with the fused AdamW or
+    torch's default implementation (clbench's optimizer before issue 12) → losses, seconds, weights."""
+    model, tokenizer, expansion = expanded(model, tokenizer, ["<spec>"])
+    encoded = encode_examples(tokenizer, examples, 64)
+    spec = methods().get("fft")
+    adapter = spec.setup(model, expansion, spec.config())
+    losses, ends, optimizer_seconds = [], [], []
+    started = {}
+    # torch's global optimizer-step hooks time optimizer.step() alone, inside train()'s own loop
+    pre = register_optimizer_step_pre_hook(lambda *_: started.update(t=time.perf_counter()))
+    post = register_optimizer_step_post_hook(lambda *_: optimizer_seconds.append(time.perf_counter() - started["t"]))
+    devices = clbench.train.FUSED_ADAMW_DEVICES
+    clbench.train.FUSED_ADAMW_DEVICES = devices if fused else ()  # no fused device: torch's default choice
+    try:
+        train(
+            model,
+            adapter.param_groups,
+            encoded,
+            steps=steps,
+            batch_size=len(encoded),
+            lr=1e-4,
+            seed=0,
+            pad_id=tokenizer.pad_token_id,
+            on_step=lambda step, loss: (losses.append(loss), ends.append(time.perf_counter())),
+        )
+    finally:
+        clbench.train.FUSED_ADAMW_DEVICES = devices
+        pre.remove()
+        post.remove()
+    # the first step also allocates AdamW's state: the timings start at the second
+    return {
+        "losses": losses,
+        "step_seconds": [b - a for a, b in zip(ends, ends[1:])],
+        "optimizer_seconds": optimizer_seconds[1:],
+        "weights": {name: p.detach().clone() for name, p in model.named_parameters()},
+    }
+
+
+def section_optimizer(args) -> dict:
+    """One FFT step on SmolLM2-135M's shape (8 × 64 tokens) with torch's default AdamW (clbench's before
+    issue 12) and the fused one (after): the same init and batches, repeats interleaved, medians."""
+    model, tokenizer = smol_shape()
+    digits = "0123456789" * 7
+    examples = [Example(digits[:31] + "<spec>", digits[:30])] * 8  # bos + 31 + <spec> + 30 + eos = 64 tokens
+    runs = {"default": [], "fused": []}
+    for repeat in range(args.repeats):
+        for name in ("default", "fused") if repeat % 2 == 0 else ("fused", "default"):
+            runs[name].append(fft_steps(model, tokenizer, examples, args.smol_steps, fused=name == "fused"))
+    median = lambda name, key: statistics.median(t for run in runs[name] for t in run[key])
+    # every repeat starts from the same weights and batches: paired runs are the same training
+    loss_gaps = [abs(a - b) for d, f in zip(runs["default"], runs["fused"]) for a, b in zip(d["losses"], f["losses"])]
+    last_default, last_fused = runs["default"][-1]["weights"], runs["fused"][-1]["weights"]
+    return {
+        "shape": "SmolLM2-135M (random weights), fp32, batch 8 x 64 tokens",
+        "steps_timed": f"{args.repeats} repeats x {args.smol_steps - 1} steps each (the first step of a run allocates state)",
+        **{f"{name}_step_seconds": median(name, "step_seconds") for name in runs},
+        **{f"{name}_optimizer_step_seconds": median(name, "optimizer_seconds") for name in runs},
+        "step_ratio_fused_over_default": median("fused", "step_seconds") / median("default", "step_seconds"),
+        "default_losses": runs["default"][0]["losses"],
+        "fused_losses": runs["fused"][0]["losses"],
+        "max_abs_loss_difference": max(loss_gaps),
+        "max_abs_weight_difference": max((last_default[n] - last_fused[n]).abs().max().item() for n in last_default),
+        "target": "losses equal to float rounding; the optimizer step 0.854 s -> ~0.11 s (issue 12)",
+    }
+
+
+def rss_mb() -> float:
+    """This process's resident set now (ru_maxrss is only the peak)."""
+    return int(Path("/proc/self/statm").read_text().split()[1]) * resource.getpagesize() / 2**20
+
+
+def child_fisher(examples: int) -> dict:
+    """Runs in a fresh process: ewc's training_examples hook (the Fisher on `examples` replay texts, θ*) on
+    pseudowords' SmolLM2-135M, as `clbench run --task pseudowords --method ewc` calls it."""
+    from clbench.data import encode_texts
+    from clbench.models import load_base
+    from clbench.taskspec import load_tasks
+
+    torch.manual_seed(0)
+    base = load_base("builtin:smollm2-135m", log=lambda *_: None)
+    task = load_tasks().get("pseudowords")
+    data = task.build(task.resolved()[2], base.tokenizer)
+    expansion = expand(base.model, base.tokenizer, data.new_tokens, init="random", seed=0)  # in place: no copy
+    spec = methods().get("ewc")
+    adapter = spec.setup(base.model, expansion, spec.config({"fisher_examples": examples}))
+    replay = encode_texts(base.tokenizer, data.replay_text, base.max_length)
+    before = rss_mb()
+    start = time.perf_counter()
+    adapter.training_examples([], replay)
+    seconds = time.perf_counter() - start
+    weights_mb = sum(p.numel() * p.element_size() for p in base.model.parameters()) / 2**20
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {
+        "fisher_examples": min(examples, len(replay)),
+        "replay_tokens_mean": statistics.mean(len(e.ids) for e in replay[:examples]),
+        "seconds_per_example": seconds / min(examples, len(replay)),
+        "weights_mb": weights_mb,
+        "rss_before_fisher_mb": before,
+        "peak_rss_mb": peak,
+        "fisher_and_anchor_extra_over_weights": (peak - before) / weights_mb,
+        "peak_rss_over_weights": peak / weights_mb,
+    }
+
+
+def section_ewc_fisher(args) -> dict:
+    """ewc's Fisher in a fresh process: its peak RSS against the model's weight bytes (F and θ* are one copy each)."""
+    child = subprocess.run(
+        [sys.executable, __file__, "--child-fisher", str(args.fisher_examples)], capture_output=True, text=True
+    )
+    if child.returncode != 0:
+        raise RuntimeError(child.stderr[-2000:])
+    return {
+        **json.loads(child.stdout.strip().splitlines()[-1]),
+        "before": "15.1 GB resident at pseudowords x ewc in `clbench run --task all --method all` (issue 12)",
+        "target": "extra <= ~2 x weights (F, θ*, one gradient at a time)",
+    }
+
+
+def peak_rss_mb_of(command: list[str], env: dict) -> tuple[float, float]:
+    """→ (peak RSS in MiB, wall seconds) of `command` run as a child: wait4 gives that child's own rusage."""
+    import os
+    import tempfile
+
+    start = time.perf_counter()
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=log)
+        _, status, usage = os.wait4(process.pid, 0)
+        if status != 0:
+            log.seek(0)
+            raise RuntimeError(log.read()[-2000:].decode(errors="replace"))
+    return usage.ru_maxrss / 1024, time.perf_counter() - start
+
+
+def section_ewc_run(args) -> dict:
+    """The whole `clbench run --task pseudowords` for fft and ewc, each a fresh process and DB: peak RSS
+    against SmolLM2-135M's float32 weight bytes; ewc holds fft's memory plus F and θ* (a copy each)."""
+    import os
+    import tempfile
+
+    out = {"weights_mb": SMOLLM2_135M_PARAMS * 4 / 2**20}
+    for method in ("fft", "ewc"):
+        db = Path(tempfile.mkdtemp()) / f"{method}.duckdb"
+        command = [sys.executable, "-m", "clbench.cli", "run", "--task", "pseudowords", "--method", method]
+        peak, seconds = peak_rss_mb_of([*command, "--db", str(db)], {**os.environ, "CLBENCH_DB": str(db)})
+        out |= {f"{method}_peak_rss_mb": peak, f"{method}_wall_seconds": seconds}
+        out[f"{method}_peak_over_weights"] = peak / out["weights_mb"]
+    out["ewc_minus_fft_over_weights"] = (out["ewc_peak_rss_mb"] - out["fft_peak_rss_mb"]) / out["weights_mb"]
+    out["target"] = "ewc - fft ~ 2 x weights (F, θ*); issue 12: the ewc process within ~2.5 x weights"
     return out
 
 
@@ -333,6 +497,9 @@ SECTIONS = {
     "eval": section_eval,
     "reuse": section_reuse,
     "front-door": section_front_door,
+    "optimizer": section_optimizer,
+    "ewc-fisher": section_ewc_fisher,
+    "ewc-run": section_ewc_run,
 }
 
 
@@ -340,6 +507,9 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         _, _, method, shape, steps = sys.argv
         print(json.dumps(child_step_cost(method, shape, int(steps))))
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--child-fisher":
+        print(json.dumps(child_fisher(int(sys.argv[2]))))
         return
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
@@ -351,6 +521,8 @@ def main() -> None:
     parser.add_argument("--eval-texts", type=int, default=500)
     parser.add_argument("--eval-chars", type=int, default=1000, help="with --eval-corpus: characters per lead at most")
     parser.add_argument("--eval-batch", type=int, default=32)
+    parser.add_argument("--smol-steps", type=int, default=5, help="optimizer: fft steps per run (the first untimed)")
+    parser.add_argument("--fisher-examples", type=int, default=32, help="ewc-fisher: replay texts the Fisher takes")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, repeats {args.repeats}")
     for name, section in SECTIONS.items():
