@@ -334,22 +334,35 @@ def report_statuses(statuses: list[str], db: str) -> int:
 
 
 def summary(store, run_ids: list[str] | None = None, task: str | None = None) -> str:
-    import pandas as pd
+    """`clbench results` and the end of `clbench run`: one row per run group (leaderboard.KEY) with its
+    lr, seeds and headline metrics, each cell as on the leaderboard (mean ± 95 % CI, marks). Settings
+    besides lr are shown only where two rows would otherwise look the same."""
+    import textwrap
 
+    from clbench.leaderboard import CELLS_NOTE, KEY, aggregate, arrow, cell_text, fmt_lr, load
     from clbench.metrics import headline
 
-    frame = store.query("SELECT * FROM results WHERE status = 'finished'")
+    values = load(store)[0]
     if run_ids is not None:
-        frame = frame[frame.run_id.isin(run_ids)]
+        values = values[values.run_id.isin(run_ids)]
     if task:
-        frame = frame[frame.task == task]
-    if frame.empty:
+        values = values[values.task == task]
+    if values.empty:
         return "(no finished runs)"
-    table = frame.pivot_table(index=["task", "method", "model"], columns="metric", values="value", aggfunc="mean")
-    seeds = frame.groupby(["task", "method", "model"]).seed.nunique().rename("seeds")
-    table = pd.concat([seeds, table[[m for m in headline("summary") if m in table.columns]]], axis=1)
-    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.4g}".format):
-        return table.to_string()
+    table = aggregate(values)
+    groups = table.groupby(KEY, dropna=False, sort=True).agg(lr=("lr", "first"), seeds=("runs", "max")).reset_index()
+    rows = groups[["task", "method", "model", "n_train"]].assign(lr=groups.lr.map(fmt_lr), seeds=groups.seeds)
+    if rows.drop(columns="seeds").duplicated().any():
+        rows["settings"] = groups.settings
+    for metric in [m for m in headline("summary") if m in set(table.metric)]:
+        stats = table[table.metric == metric].set_index(KEY)
+        cells = []
+        for key in groups[KEY].itertuples(index=False):
+            row = stats.loc[tuple(key)] if tuple(key) in stats.index else None
+            text = "" if row is None else cell_text(row)
+            cells.append(f"**{text}**" if row is not None and row["verdict"] == "best" else text)
+        rows[metric + arrow(metric)] = cells
+    return rows.to_markdown(index=False, tablefmt="simple") + "\n" + textwrap.fill(CELLS_NOTE, 119)
 
 
 def lm_eval_checker(text: str, batch_size: int = 32):

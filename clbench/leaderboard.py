@@ -2,7 +2,11 @@
 
 Reads metric values from the `results` view and provenance from the `runs` table, and writes
 index.html (self-contained: CSS, JS and SVG plots inline, nothing fetched), leaderboard.md and
-leaderboard.csv. A row is one (task, method, model, settings, n_train) over its seeds. Only
+leaderboard.csv. A row is one (task, method, model, settings, n_train) over its seeds; a cell is the
+mean ± the half-width of its 95 % CI over seeds (clbench/stats.py), the best of each column bold,
+rows not significantly different from it marked ≈ (Welch's t-test, p ≥ 0.05), rows that cannot
+be tested (one seed on either side) marked ?. The page opens with an overview of every task's
+headline metrics, coloured by rank; the metric legend comes after the results. Only
 finished runs with metrics enter the tables; failed or partial runs are listed apart with their
 reason. Every string that came from a task file, model id, config or the database reaches the
 page through `esc` (HTML) or matplotlib's SVG writer (which escapes text), never raw.
@@ -13,6 +17,7 @@ from __future__ import annotations
 import html
 import io
 import json
+import math
 from importlib import resources
 from pathlib import Path
 from string import Template
@@ -23,12 +28,21 @@ from matplotlib import rc_context
 from matplotlib.figure import Figure
 
 from clbench.metrics import headline, higher_is_better, lookup
+from clbench.stats import finite, mean_ci, verdict, welch_p
 from clbench.store import REPORTED, Store, now
 
 KEY = ["task", "method", "model", "settings", "n_train"]
 QUALITY = ("target_acc", "target_loss")  # what the plots put against forgetting, the first that ranks the runs
 FORGETTING = ("forgetting_oldvocab", "forgetting_full")
 SVG_STYLE = {"svg.fonttype": "none", "text.parse_math": False, "figure.dpi": 72, "font.size": 9}
+MARKS = {"n.s.": " ≈", "1 seed": " ?"}  # a cell's verdict against its column's best; the best is bold instead
+STICKY = 4  # a task table's first columns, fixed while it scrolls sideways: method, model, n_train, lr
+CELLS_NOTE = (
+    "Cells: mean ± half-width of the 95 % confidence interval over seeds (Student's t; no ± with one seed), "
+    "[evaluation noise: the runs' mean bootstrap standard error over examples] where runs store one; "
+    "**best** per column; ≈ not significantly different from the best (Welch's t-test, p ≥ 0.05); "
+    "? not tested (one seed on either side)."
+)
 
 
 def esc(value) -> str:
@@ -64,6 +78,7 @@ def load(store: Store) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     values = store.query("SELECT run_id, metric, value FROM results WHERE status = 'finished' AND metric IS NOT NULL")
     configs = runs.config.map(json.loads)
     runs["n_train"] = configs.map(lambda c: c.get("budget", {}).get("n_train"))
+    runs["lr"] = configs.map(lambda c: (c.get("method_config") or {}).get("lr"))
     runs["settings"] = configs.map(settings)
     runs["clbench"] = runs.versions.map(lambda v: (json.loads(v) or {}).get("clbench") if v else None)
     with_metrics = set(values.run_id)
@@ -88,12 +103,46 @@ def settings(config: dict) -> str:
 
 
 def aggregate(values: pd.DataFrame) -> pd.DataFrame:
-    """One row per KEY × metric: mean and sample std over runs, runs counted, run ids kept."""
+    """One row per KEY × metric: mean and sample std over runs, runs counted, the group's lr; the
+    seed statistics (n_seeds: finite values, ci95: CI half-width), eval_se (the mean of the runs'
+    `<metric>_se`, where they store one), and p_vs_best / verdict against the best row of the
+    task's column (compare_with_best)."""
     grouped = values.groupby(KEY + ["metric"], dropna=False)
     table = grouped.value.agg(mean="mean", std="std").reset_index()
     table["runs"] = grouped.run_id.nunique().values
     table["higher_is_better"] = table.metric.map(direction)
+    table["lr"] = grouped.lr.first().values
+    samples = [finite(v) for v in grouped.value.apply(list)]
+    table["n_seeds"] = [len(s) for s in samples]
+    table["ci95"] = np.array([mean_ci(s)[1] for s in samples], dtype=float)  # None (one seed) → NaN, empty in CSV
+    table["eval_se"] = evaluation_noise(table, values)
+    table["p_vs_best"], table["verdict"] = compare_with_best(table, samples)
     return table
+
+
+def evaluation_noise(table: pd.DataFrame, values: pd.DataFrame) -> list[float]:
+    """Per table row, the mean over its runs of `<metric>_se`; NaN where no run stores one."""
+    se = values[values.metric.str.endswith("_se")].assign(metric=lambda f: f.metric.str[: -len("_se")])
+    means = se.groupby(KEY + ["metric"], dropna=False).value.mean().rename("eval_se").reset_index()
+    return table[KEY + ["metric"]].merge(means, on=KEY + ["metric"], how="left").eval_se.tolist()
+
+
+def compare_with_best(table: pd.DataFrame, samples: list[np.ndarray]) -> tuple[list[float], list[str]]:
+    """Per row: Welch's p against the best row of its task's column (of tied best means, the one with
+    most seeds), NaN where untested, and the verdict; "" where the column ranks nothing (best_mask)."""
+    p_values, verdicts = [np.nan] * len(table), [""] * len(table)
+    for _, part in table.groupby(["task", "metric"], dropna=False):
+        best = best_mask(part["mean"], part.metric.iloc[0])
+        if not best.any():
+            continue
+        reference = part[best].n_seeds.idxmax()
+        for i in part.index:
+            if table.n_seeds[i] == 0:
+                continue
+            p = None if best[i] else welch_p(samples[i], samples[reference])
+            p_values[i] = np.nan if p is None else p
+            verdicts[i] = verdict(samples[i], samples[reference], is_best=bool(best[i]))
+    return p_values, verdicts
 
 
 def quality_metric(task_table: pd.DataFrame) -> str | None:
@@ -141,29 +190,58 @@ def fmt(value: float) -> str:
     return f"{value:.4g}"
 
 
+def fmt_ci(mean: float, half: float | None) -> str:
+    """The cell "mean ± half": the half-width to 2 significant digits and the mean to the same decimal place
+    (digits below the interval's are noise); the mean alone (fmt) without an interval; "± 0" where
+    every seed gave the same value."""
+    if half is None or pd.isna(half) or pd.isna(mean):
+        return fmt(mean)
+    if half == 0:
+        return f"{fmt(mean)} ± 0"
+    places = max(0, 1 - math.floor(math.log10(half)))
+    return f"{round(mean, places) + 0.0:.{places}f} ± {half:.{places}f}"  # + 0.0: no "-0.00"
+
+
+def cell_text(stats) -> str:
+    """A table cell from an aggregate row: mean ± CI, [eval SE] where stored, the verdict's mark."""
+    text = fmt_ci(stats["mean"], stats["ci95"])
+    if pd.notna(stats.get("eval_se", np.nan)):
+        text += f" [{fmt(stats['eval_se'])}]"
+    return text + MARKS.get(stats.get("verdict", ""), "")
+
+
+def fmt_lr(lr) -> str:
+    return "" if lr is None or pd.isna(lr) else f"{lr:g}"
+
+
 def metric_order(metrics) -> list[str]:
     """The leaderboard's headline metrics first, in their rank order; the rest alphabetically."""
     present, first = set(metrics), headline("leaderboard")
     return [m for m in first if m in present] + sorted(present - set(first))
 
 
-def wide(table: pd.DataFrame, task: str) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
-    """A task's rows: (cells "mean ± std", best flags, metric columns), rows in KEY order."""
+def wide(table: pd.DataFrame, task: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
+    """A task's rows: (cells (cell_text), best flags, means, metric columns), rows in KEY order.
+
+    Columns: task, method, model, n_train, lr (the STICKY ones after task), runs, settings, metrics.
+    A `<metric>_se` column whose metric is shown is folded into that metric's cells."""
     part = table[table.task == task]
-    metrics = metric_order(part.metric.unique())
+    present = set(part.metric)
+    metrics = [m for m in metric_order(present) if not (m.endswith("_se") and m[: -len("_se")] in present)]
     rows = part[KEY].drop_duplicates().sort_values(KEY[1:], na_position="last").reset_index(drop=True)
-    counts = part.groupby(KEY, dropna=False).runs.max()
-    rows["runs"] = [counts[tuple(r)] for r in rows[KEY].itertuples(index=False)]
-    cells, best = rows.copy(), pd.DataFrame(index=rows.index)
+    groups = part.groupby(KEY, dropna=False).agg(runs=("runs", "max"), lr=("lr", "first"))
+    keys = [tuple(r) for r in rows[KEY].itertuples(index=False)]
+    rows["lr"] = [fmt_lr(groups.lr[k]) for k in keys]
+    rows["runs"] = [groups.runs[k] for k in keys]
+    cells = rows[["task", "method", "model", "n_train", "lr", "runs", "settings"]].copy()
+    best, means = pd.DataFrame(index=rows.index), pd.DataFrame(index=rows.index)
     for metric in metrics:
         m = part[part.metric == metric].set_index(KEY)
-        stats = [m.loc[tuple(r)] if tuple(r) in m.index else None for r in rows[KEY].itertuples(index=False)]
-        means = pd.Series([s["mean"] if s is not None else np.nan for s in stats])
-        cells[metric] = [
-            "" if s is None else fmt(s["mean"]) + (f" ± {fmt(s['std'])}" if pd.notna(s["std"]) else "") for s in stats
-        ]
-        best[metric] = best_mask(means, metric)
-    return cells, best, metrics
+        stats = [m.loc[k] if k in m.index else None for k in keys]
+        means[metric] = [s["mean"] if s is not None else np.nan for s in stats]
+        cells[metric] = ["" if s is None else cell_text(s) for s in stats]
+        best[metric] = [s is not None and s["verdict"] == "best" for s in stats]
+    return cells, best, means, metrics
 
 
 # ---------------------------------------------------------------- plots
@@ -261,7 +339,7 @@ def stage_matrix(store: Store) -> pd.DataFrame | None:
 
 
 def lm_eval_table(store: Store, values: pd.DataFrame, task: str) -> pd.DataFrame | None:
-    """A task's lm-eval checks of finished runs: base, adapted and delta (mean ± std) per row and lm-eval metric."""
+    """A task's lm-eval checks of finished runs: base, adapted and delta (mean ± 95 % CI) per row and lm-eval metric."""
     if not has_table(store, "lm_eval"):
         return None
     checks = store.query(
@@ -272,19 +350,19 @@ def lm_eval_table(store: Store, values: pd.DataFrame, task: str) -> pd.DataFrame
     if part.empty:
         return None
     grouped = part.groupby([*KEY[1:], "lm_eval_task", "lm_eval_metric"], dropna=False)
+    half = lambda v: mean_ci(v)[1]
     stats = grouped.agg(
         base=("base", "mean"),
         adapted=("adapted", "mean"),
-        adapted_std=("adapted", "std"),
+        adapted_ci=("adapted", half),
         delta=("delta", "mean"),
-        delta_std=("delta", "std"),
+        delta_ci=("delta", half),
         runs=("run_id", "nunique"),
     ).reset_index()
-    plus = lambda mean, std: fmt(mean) + (f" ± {fmt(std)}" if pd.notna(std) else "")
     stats["base"] = stats.base.map(fmt)
-    stats["adapted"] = [plus(m, s) for m, s in zip(stats.adapted, stats.adapted_std)]
-    stats["delta (adapted − base)"] = [plus(m, s) for m, s in zip(stats.delta, stats.delta_std)]
-    return stats.drop(columns=["adapted_std", "delta", "delta_std", "runs"]).assign(runs=stats.runs)
+    stats["adapted"] = [fmt_ci(m, h) for m, h in zip(stats.adapted, stats.adapted_ci)]
+    stats["delta (adapted − base)"] = [fmt_ci(m, h) for m, h in zip(stats.delta, stats.delta_ci)]
+    return stats.drop(columns=["adapted_ci", "delta", "delta_ci", "runs"]).assign(runs=stats.runs)
 
 
 def heatmap(cells: pd.DataFrame, title: str, metric: str, salt: str) -> str:
@@ -309,15 +387,62 @@ def heatmap(cells: pd.DataFrame, title: str, metric: str, salt: str) -> str:
 # ---------------------------------------------------------------- output
 
 
-def html_table(cells: pd.DataFrame, best: pd.DataFrame, metrics: list[str], links: list[str] | None = None) -> str:
-    """A sortable table; every cell escaped here, best cells wrapped after escaping."""
+def html_table(
+    cells: pd.DataFrame, best: pd.DataFrame, metrics: list[str], links: list[str] | None = None, sticky: int = 0
+) -> str:
+    """A sortable table; every cell escaped here, best cells wrapped after escaping. Its first
+    `sticky` columns stay in view while it scrolls sideways (the page's script places them)."""
     shown = pd.DataFrame({c: cells[c].map(esc) for c in cells.columns})
     for metric in metrics:
         shown[metric] = [f'<strong class="best">{v}</strong>' if b else v for v, b in zip(shown[metric], best[metric])]
     if links is not None:
         shown["runs"] = [f'<a href="#{a}">{v}</a>' for v, a in zip(shown["runs"], links)]
     shown.columns = [esc(c) + esc(arrow(c)) for c in cells.columns]
-    return shown.to_html(index=False, escape=False, classes="sortable", border=0, na_rep="")
+    table = shown.to_html(index=False, escape=False, classes="sortable", border=0, na_rep="")
+    return table.replace("<table ", f'<table data-sticky="{sticky}" ', 1) if sticky else table
+
+
+def overview_table(table: pd.DataFrame, tasks: list[str]) -> str:
+    """Every task's rows × the leaderboard's headline metrics, each cell coloured by its rank in the
+    task's column (rank_colour), marked as in the task tables."""
+    first = headline("leaderboard")
+    columns = [m for m in first if m in set(table.metric)]
+    header = ["task", "method", "lr", "runs", *columns]
+    body = []
+    for task in tasks:
+        cells, best, means, metrics = wide(table, task)
+        labels = point_labels(cells)
+        ranked = {m: rank_fractions(means[m], m) for m in columns if m in metrics}
+        for i in cells.index:
+            row = [(esc(task), ""), (esc(labels[i]), ""), (esc(cells.lr[i]), ""), (esc(cells.runs[i]), "")]
+            for m in columns:
+                text = esc(cells[m][i]) if m in metrics else ""
+                text = f'<strong class="best">{text}</strong>' if m in metrics and best[m][i] else text
+                fraction = ranked[m][i] if m in ranked else np.nan
+                style = "" if pd.isna(fraction) else f' style="background: {rank_colour(fraction)}"'
+                rank = "" if pd.isna(fraction) else f' data-rank="{fraction:.3g}"'
+                row.append((text, style + rank))
+            body.append("<tr>" + "".join(f"<td{attrs}>{text}</td>" for text, attrs in row) + "</tr>")
+    head = "".join(f"<th>{esc(c)}{esc(arrow(c))}</th>" for c in header)
+    return (
+        f'<table class="sortable overview" data-sticky="2"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
+
+
+def rank_fractions(means: pd.Series, metric: str) -> pd.Series:
+    """Per row, its rank in the column scaled to 0 (best) … 1 (worst), ties sharing the better rank;
+    NaN where the column ranks nothing (best_mask) or the row has no value."""
+    if not best_mask(means, metric).any():
+        return pd.Series(np.nan, index=means.index)
+    ranks = means.rank(method="min", ascending=not direction(metric))
+    worst = ranks.max()
+    return (ranks - 1) / (worst - 1) if worst > 1 else ranks * 0.0
+
+
+def rank_colour(fraction: float) -> str:
+    """Green (best) through yellow to a pale orange (worst); the marks, not the colour, carry the verdict."""
+    return f"hsl({140 - 110 * fraction:.0f}, 60%, {72 + 14 * fraction:.0f}%)"
 
 
 def markdown_table(cells: pd.DataFrame, best: pd.DataFrame, metrics: list[str]) -> str:
@@ -347,7 +472,7 @@ def build(db: str | Path, out: str | Path) -> Path:
 
     sections, md_sections, index_rows = [], [], []
     for t, task in enumerate(tasks):
-        cells, best, metrics = wide(table, task)
+        cells, best, _, metrics = wide(table, task)
         anchors = [f"prov-{t}-{i}" for i in range(len(cells))]
         index_rows += [(a, tuple(r)) for a, r in zip(anchors, cells[KEY].itertuples(index=False))]
         points = cells[KEY].assign(label=point_labels(cells))
@@ -368,15 +493,16 @@ def build(db: str | Path, out: str | Path) -> Path:
         checks_html = (
             ""
             if checks is None
-            else f"<h3>lm-eval checks (in-process, full softmax)</h3>{html_table(checks, no_best, [])}"
+            else f'<h3>lm-eval checks (in-process, full softmax)</h3><div class="scroll">{html_table(checks, no_best, [])}</div>'
         )
         checks_md = (
             ""
             if checks is None
             else f"\n### lm-eval checks (in-process, full softmax)\n\n{markdown_table(checks, no_best, [])}\n"
         )
+        board = html_table(cells, best, metrics, anchors, sticky=STICKY)
         sections.append(
-            f"<section><h2>{esc(task)}</h2>{html_table(cells, best, metrics, anchors)}{figures}{checks_html}</section>"
+            f'<section><h2>{esc(task)}</h2><div class="scroll">{board}</div>{figures}{checks_html}</section>'
         )
         md_sections.append(f"## {md(task)}\n\n{markdown_table(cells, best, metrics)}\n{checks_md}")
 
@@ -385,6 +511,7 @@ def build(db: str | Path, out: str | Path) -> Path:
     page = page_template().substitute(
         generated=esc(now().isoformat(timespec="seconds")),
         db=esc(db),
+        overview=overview_table(table, tasks) if tasks else "<p>No finished runs.</p>",
         legend=legend,
         sections="".join(sections) or "<p>No finished runs.</p>",
         provenance=provenance_table(provenance, {r: a for a, r in index_rows}),
@@ -399,8 +526,8 @@ def build(db: str | Path, out: str | Path) -> Path:
         + "\n"
     )
     directions = (
-        "Higher is better: ↑, lower is better: ↓ (clbench.metrics.METRICS). Cells: mean ± sample std over runs; "
-        "**best** per column. Headline metrics; every metric is in index.html and leaderboard.csv.\n\n"
+        f"Higher is better: ↑, lower is better: ↓ (clbench.metrics.METRICS). {CELLS_NOTE} lr: the group's "
+        "method_config.lr. Headline metrics; every metric is in index.html and leaderboard.csv.\n\n"
     )
     (out / "leaderboard.md").write_text(
         "# clbench leaderboard\n\n" + directions + "\n".join(md_sections) + md_kept, encoding="utf-8"

@@ -1,13 +1,15 @@
 """The leaderboard from a tiny results DB written through Store.record: exact tables, escaping, kept-out runs."""
 
 import csv
+import math
+import statistics
 
 import duckdb
 import numpy as np
 import pytest
-from leaderboard_db import EVIL, record, tiny_db
+from leaderboard_db import EVIL, SEEDED, record, seeds_db, tiny_db
 
-from clbench.cli import main
+from clbench.cli import main, summary
 from clbench.leaderboard import aggregate, build, load, pareto_front, quality_metric
 
 
@@ -49,7 +51,10 @@ def test_csv_has_mean_std_and_counts_of_finished_runs_only(board):
 def test_markdown_marks_best_per_column_and_lists_kept_out_runs(board):
     text = (board / "leaderboard.md").read_text()
     arith = text.split("## arith\n")[1].split("## Failed")[0]
-    assert "| et       | tiny    | lr=0.01, init=random |       200 |      2 | 0.85 ± 0.07071 | **0 ± 0**" in arith
+    # mean ± 95 % CI half-width (t(0.975, 1) · 0.07071 / √2 = 0.6353, to 2 digits); ? : the best (fft, 1 seed) is untestable
+    assert (
+        "| et       | tiny    |       200 | 0.01 |      2 | lr=0.01, init=random | 0.85 ± 0.64 ?  | **0 ± 0**" in arith
+    )
     assert "**0.95**" in arith and "**0.01**" in arith  # fft's accuracy, et n=50's full forgetting
     assert "target_acc ↑" in arith and "forgetting_oldvocab ↓" in arith
     kept = text.split("## Failed or partial runs (not in the tables)\n")[1]
@@ -106,7 +111,7 @@ def test_cli_writes_the_three_files_and_rejects_a_missing_db(tmp_path, capsys):
     assert not (tmp_path / "o2").exists()
 
 
-def test_lm_eval_checks_are_tabled_per_row_with_mean_and_std(tmp_path):
+def test_lm_eval_checks_are_tabled_per_row_with_mean_and_ci(tmp_path):
     store = tiny_db(tmp_path / "r.duckdb")
     row = lambda task, base, adapted: {
         "task": task,
@@ -124,8 +129,9 @@ def test_lm_eval_checks_are_tabled_per_row_with_mean_and_std(tmp_path):
     out = build(tmp_path / "r.duckdb", tmp_path / "out")
     text = (out / "leaderboard.md").read_text()
     checks = text.split("### lm-eval checks (in-process, full softmax)\n")[1]
+    # adapted (1.5, 2.0): CI half-width t(0.975, 1) · 0.3536 / √2 = 3.177, the mean to its decimal place
     assert (
-        "| et       | tiny    | lr=0.01, init=random |       200 | clbench_old_text | bits_per_byte    |    1.5 | 1.75 ± 0.3536 | 0.25 ± 0.3536            |      2 |"
+        "| et       | tiny    | lr=0.01, init=random |       200 | clbench_old_text | bits_per_byte    |    1.5 | 1.8 ± 3.2 | 0.2 ± 3.2                |      2 |"
         in checks
     )
     assert text.count("### lm-eval checks") == 1 and EVIL not in text and "&lt;script" not in checks
@@ -143,3 +149,71 @@ def test_plots_use_target_loss_where_no_run_gets_a_completion_exactly_right(tmp_
     page = (build(tmp_path / "r.duckdb", tmp_path / "out") / "index.html").read_text()
     words = page.split("<h2>words</h2>")[1].split("<section>")[0]
     assert "target_loss ↓" in words and "target_acc ↑" not in words.split("<svg")[1]
+
+
+def test_three_seeds_give_a_95_ci_and_a_not_significant_verdict(tmp_path):
+    out = build(seeds_db(tmp_path / "r.duckdb").path, tmp_path / "out")
+    rows = {(r["method"], r["metric"]): r for r in rows_of(out)}
+    et, lora, fft, pt = (rows[(m, "target_loss")] for m in ("et", "lora", "fft", "pt"))
+    et_losses = [seed[0] for seed in SEEDED[("et", 0.01)]]
+    assert float(et["ci95"]) == pytest.approx(
+        4.302652729749462 * statistics.stdev(et_losses) / math.sqrt(3), rel=1e-12
+    )
+    assert float(et["ci95"]) == pytest.approx(0.11383749100790277, rel=1e-12)
+    assert float(et["p_vs_best"]) == pytest.approx(0.6709631037316779, rel=1e-9)  # Welch, et vs lora (test_stats)
+    assert float(et["eval_se"]) == pytest.approx((0.010 + 0.012 + 0.014) / 3, rel=1e-12)
+    assert [(r["verdict"], r["n_seeds"], r["lr"]) for r in (et, lora, fft, pt)] == [
+        ("n.s.", "3", "0.01"),
+        ("best", "3", "0.001"),
+        ("worse", "3", "0.0001"),
+        ("1 seed", "1", "0.1"),
+    ]
+    assert float(fft["p_vs_best"]) < 0.05 and lora["p_vs_best"] == pt["p_vs_best"] == pt["ci95"] == ""
+    assert rows[("et", "forgetting_oldvocab")]["ci95"] == "0.0"  # three zeros: a zero-width interval, not "no CI"
+
+    text = (out / "leaderboard.md").read_text()
+    table = text.split("## words\n\n")[1].strip()
+    assert table.splitlines()[2:] == [
+        "| et       | tiny    |       200 | 0.01   |      3 | lr=0.01, init=random   | 5.23 ± 0.11 [0.012] ≈   | 0 ± 0 ?                 | **0.110 ± 0.025**   |",
+        "| fft      | tiny    |       200 | 0.0001 |      3 | lr=0.0001, init=random | 6.10 ± 0.25 [0.03]      | 1.00 ± 0.25 ?           | 1.030 ± 0.075       |",
+        "| lora     | tiny    |       200 | 0.001  |      3 | lr=0.001, init=random  | **5.20 ± 0.25 [0.022]** | 0.120 ± 0.050 ?         | 0.130 ± 0.025 ≈     |",
+        "| pt       | tiny    |       200 | 0.1    |      1 | lr=0.1, init=random    | 5.9 ?                   | **-0.1**                | 40 ?                |",
+    ]
+    assert "target_loss_se" not in table  # folded into target_loss's cells as [eval SE]
+
+    page = (out / "index.html").read_text()
+    overview = page.split('<table class="sortable overview"')[1].split("</table>")[0]
+    # lora best (rank 0), et 2nd of 4, pt 3rd, fft worst: the colour follows the rank
+    assert overview.count('data-rank="0"><strong class="best">5.20 ± 0.25 [0.022]</strong>') == 1
+    assert 'data-rank="0.333">5.23 ± 0.11 [0.012] ≈<' in overview and 'data-rank="1">6.10 ± 0.25 [0.03]<' in overview
+    assert (
+        page.index('id="overview"')
+        < page.index("<section>")
+        < page.index('id="metrics"')
+        < page.index('class="dataframe legend"')
+    )
+
+
+def test_results_summary_shows_lr_seeds_and_the_same_cells(tmp_path):
+    lines = summary(seeds_db(tmp_path / "r.duckdb")).splitlines()
+    assert lines[0].split() == [
+        "task", "method", "model", "n_train", "lr", "seeds",
+        "target_loss", "↓", "forgetting_oldvocab", "↓", "forgetting_full", "↓",
+    ]  # fmt: skip
+    assert lines[2:6] == [
+        "words   et        tiny           200  0.01          3  5.23 ± 0.11 [0.012] ≈    0 ± 0 ?                  **0.110 ± 0.025**",
+        "words   fft       tiny           200  0.0001        3  6.10 ± 0.25 [0.03]       1.00 ± 0.25 ?            1.030 ± 0.075",
+        "words   lora      tiny           200  0.001         3  **5.20 ± 0.25 [0.022]**  0.120 ± 0.050 ?          0.130 ± 0.025 ≈",
+        "words   pt        tiny           200  0.1           1  5.9 ?                    **-0.1**                 40 ?",
+    ]
+    assert lines[6].startswith("Cells: mean ± half-width of the 95 % confidence interval over seeds")
+    assert "settings" not in lines[0]  # shown only where rows would look alike
+
+
+def test_results_summary_names_the_settings_where_rows_would_look_alike(tmp_path):
+    store = tiny_db(tmp_path / "r.duckdb")
+    with duckdb.connect(str(tmp_path / "r.duckdb")) as db:  # et seed 1 as another init: its own group
+        db.execute("UPDATE runs SET config = json_merge_patch(config, '{\"init\": \"mean\"}') WHERE run_id = 'et1'")
+    lines = summary(store, task="arith").splitlines()
+    assert lines[0].split()[:7] == ["task", "method", "model", "n_train", "lr", "seeds", "settings"]
+    assert sum("lr=0.01, init=mean" in line for line in lines) == 1

@@ -1,0 +1,63 @@
+"""Seed statistics, exact: Student's t intervals, Welch's test (checked against its formula), verdicts, cell text."""
+
+import math
+import statistics
+
+import pytest
+from scipy import stats as scipy_stats
+
+from clbench.leaderboard import cell_text, fmt_ci
+from clbench.stats import mean_ci, verdict, welch_p
+
+ET = [5.18, 5.27, 5.24]  # the issue's et on pseudowords, 100 steps, seeds 0–2
+LORA = [5.10, 5.30, 5.20]
+
+
+def test_mean_ci_is_students_t_half_width_and_none_for_one_seed():
+    mean, half = mean_ci(ET)
+    assert mean == pytest.approx(5.23, abs=1e-12)
+    # t(0.975, 2) = 4.302652729749462; s = √(0.0042 / 2)
+    assert half == pytest.approx(4.302652729749462 * math.sqrt(0.0021) / math.sqrt(3), rel=1e-12)
+    assert half == pytest.approx(0.11383749100790277, rel=1e-12)
+    assert mean_ci([0.8, 0.9])[1] == pytest.approx(12.706204736174698 * statistics.stdev([0.8, 0.9]) / math.sqrt(2))
+    assert mean_ci([0.7]) == (0.7, None)  # one seed: no interval, never ±0
+    assert mean_ci([0.7, float("nan")]) == (0.7, None)  # a value a run could not compute is left out
+    assert mean_ci([0.0, 0.0, 0.0]) == (0.0, 0.0)  # no spread: a real zero-width interval
+    mean, half = mean_ci([])
+    assert math.isnan(mean) and half is None
+
+
+def test_welch_p_matches_the_welch_formula_and_needs_two_seeds_a_side():
+    a, b = statistics.variance(ET) / 3, statistics.variance(LORA) / 3
+    t = (statistics.mean(ET) - statistics.mean(LORA)) / math.sqrt(a + b)
+    df = (a + b) ** 2 / (a**2 / 2 + b**2 / 2)  # Welch–Satterthwaite
+    assert welch_p(ET, LORA) == pytest.approx(2 * scipy_stats.t.sf(t, df), rel=1e-9)
+    assert welch_p(ET, LORA) == pytest.approx(0.6709631037316779, rel=1e-9)
+    assert welch_p([0.8], [0.1, 0.2]) is None and welch_p([0.1, 0.2], [0.9]) is None
+    assert welch_p([0.0, 0.0, 0.0], [0.0, 0.0]) == 1.0  # neither varies, same value: no difference
+    assert welch_p([0.0, 0.0, 0.0], [1.0, 1.0, 1.0]) == 0.0  # neither varies, different values
+
+
+def test_verdict_against_the_best():
+    assert verdict(ET, LORA, is_best=True) == "best"
+    assert verdict(ET, LORA) == "n.s."  # p = 0.671
+    # equal variances (s = 0.1 each): Welch's df is 4, t = 0.9 / √(0.02 / 3)
+    assert welch_p([6.0, 6.1, 6.2], LORA) == pytest.approx(
+        2 * scipy_stats.t.sf(0.9 / math.sqrt(0.02 / 3), 4), rel=1e-9
+    )
+    assert verdict([6.0, 6.1, 6.2], LORA) == "worse"  # p = 0.000385
+    assert verdict([5.9], LORA) == "1 seed" and verdict(ET, [5.0]) == "1 seed"
+
+
+def test_cell_text_rounds_the_mean_to_the_intervals_second_digit_and_marks_the_verdict():
+    assert fmt_ci(5.23, 0.11383749100790277) == "5.23 ± 0.11"
+    assert fmt_ci(0.85, 0.6353102368087346) == "0.85 ± 0.64"
+    assert fmt_ci(1.75, 3.177) == "1.8 ± 3.2"
+    assert fmt_ci(1234.5, 56.0) == "1234 ± 56"  # round half to even
+    assert fmt_ci(-0.0004, 0.05) == "0.000 ± 0.050"  # no "-0.000"
+    assert fmt_ci(0.0, 0.0) == "0 ± 0" and fmt_ci(0.7, None) == "0.7" and fmt_ci(0.7, float("nan")) == "0.7"
+    row = {"mean": 5.23, "ci95": 0.1138, "eval_se": 0.012, "verdict": "n.s."}
+    assert cell_text(row) == "5.23 ± 0.11 [0.012] ≈"
+    assert cell_text(row | {"verdict": "best"}) == "5.23 ± 0.11 [0.012]"  # bold is the table's
+    assert cell_text({"mean": 5.9, "ci95": float("nan"), "eval_se": float("nan"), "verdict": "1 seed"}) == "5.9 ?"
+    assert cell_text({"mean": 6.1, "ci95": 0.2484, "eval_se": float("nan"), "verdict": "worse"}) == "6.10 ± 0.25"
