@@ -171,7 +171,7 @@ CASES = [
     (
         "n-train-larger-than-data",
         lambda c: c.run("--n-train", "100000"),
-        "n_train 100000 exceeds the 980 training examples",
+        "n_train 100000 exceeds the 880 training examples",
     ),
     (
         "zero-steps",
