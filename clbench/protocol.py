@@ -372,6 +372,10 @@ def adapt_and_evaluate(
     old_vocab, pad = len(base.tokenizer), base.tokenizer.pad_token_id
     base_old, base_skill = session.scores_of_base(base, data, budget.eval_batch_size)
     base_target = session.target_of_base(base, data, budget.eval_batch_size)
+    # before own_model(): a model placed with device_map is handed to the run, and the base reloaded on its next use
+    base_oracle = (
+        session.target_of_base(base, data, budget.eval_batch_size, oracle=True) if data.target_oracle else None
+    )
 
     # 2. expand: a private copy of the base, |V| → |V| + |U| (a sequential task adds every
     #    stage's tokens here, each stage's rows staying at their initialisation until its stage)
@@ -456,7 +460,7 @@ def adapt_and_evaluate(
         reference_metrics(
             target=target,
             no_learning=base_target,
-            oracle=session.target_of_base(base, data, budget.eval_batch_size, oracle=True) if oracle else None,
+            oracle=base_oracle,
             adapted_oracle=scored(model, encode_examples(tokenizer, oracle, base.max_length)) if oracle else None,
             target_bytes=sum(len(e.completion.encode()) for e in data.target_test),
         )
