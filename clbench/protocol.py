@@ -475,6 +475,7 @@ def adapt_and_evaluate(
         trainable=trainable,
         base_target=base_target,
         target_bytes=sum(len(e.completion.encode()) for e in data.target_test),
+        exact_match=data.exact_match,
     )
     oracle = data.target_oracle
     values.update(
@@ -492,7 +493,14 @@ def adapt_and_evaluate(
         "  "
         + "  ".join(
             f"{k} {values[k]:.4g}"
-            for k in ("target_loss", "target_acc", "forgetting_oldvocab", "old_skill_acc_delta")
+            for k in (
+                "target_loss",
+                "gap_closed",
+                "target_acc",
+                "target_top1",
+                "forgetting_oldvocab",
+                "forgetting_full",
+            )
             if k in values
         )
     )
@@ -609,12 +617,12 @@ def collect_metrics(
     trainable: int,
     base_target: Scores | None = None,
     target_bytes: int = 0,
+    exact_match: bool = True,
 ) -> dict[str, float]:
     values = {
         "target_loss": target.loss_old,
         "target_loss_full": target.loss_full,
         "target_loss_init": at_init.loss_old,
-        "target_acc": M.accuracy(target.hits_old),
         "target_top1": M.accuracy(target.top1_old),
         "old_loss_base": base_old.loss_old,
         "forgetting_oldvocab": M.forgetting(old.loss_old, base_old.loss_old),
@@ -631,9 +639,11 @@ def collect_metrics(
         values["target_bpb"] = M.bits_per_byte(target.nll_full, target_bytes)
         if base_target is not None:
             values["target_bpb_base"] = M.bits_per_byte(base_target.nll_full, target_bytes)
-    for group in sorted({g for g in groups if g}):
-        members = torch.tensor([g == group for g in groups])
-        values[f"target_acc_{group}"] = M.accuracy(target.hits_old[members])
+    if exact_match:
+        values["target_acc"] = M.accuracy(target.hits_old)
+        for group in sorted({g for g in groups if g}):
+            members = torch.tensor([g == group for g in groups])
+            values[f"target_acc_{group}"] = M.accuracy(target.hits_old[members])
     if len(skill.hits_old):
         values["old_skill_acc"] = M.accuracy(skill.hits_old)
         values["old_skill_acc_base"] = M.accuracy(base_skill.hits_old)
