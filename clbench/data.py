@@ -59,6 +59,9 @@ class TaskData:
     # its meaning (pseudowords: the word it replaced; arithmetic: `*`), one per target example, same
     # completions. The base on these is the "as good as the word it stands for" reference.
     target_oracle: list[Example] = field(default_factory=list)
+    # whether a completion is a short answer that can be matched whole (arithmetic's value); a free-text
+    # continuation never is (a 6-word continuation is 0 for every method): target_acc is then not reported
+    exact_match: bool = True
 
     def check(self, task: str) -> None:
         """What a generator must guarantee about its splits; a violation is the generator's bug."""

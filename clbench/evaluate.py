@@ -8,6 +8,7 @@ weights untouched gets bit-identical old-vocabulary numbers, not "equal up to BL
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -57,19 +58,17 @@ def _head(model, hidden: torch.Tensor, rows: int | None) -> torch.Tensor:
     return torch.tanh(logits / cap) * cap if cap else logits
 
 
+Positions = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # hidden [P, d], targets [P], example of each [P]
+
+
 @torch.inference_mode()
-def score(model, encoded: list[Encoded], *, old_vocab: int, pad_id: int, batch_size: int) -> Scores:
-    if not encoded:
-        empty = torch.zeros(0, dtype=torch.bool)
-        return Scores(0.0, 0, 0.0, 0, empty, empty, empty)
-    was_training = model.training
-    model.eval()
+def positions(model, encoded: list[Encoded], *, pad_id: int, batch_size: int) -> Iterator[Positions]:
+    """The decoder's part of scoring, batch by batch: the last hidden states at scored positions (on
+    the head's device), their targets and which example each belongs to. A model whose backbone
+    is the base's, on text without new tokens, has the base's: such positions can be kept and
+    scored again by another head (score(..., at=...)), bit-identically, without the forward pass."""
     device = input_device(model)  # a model placed with device_map spans devices: inputs go to the embedding's
     head_device = model.get_output_embeddings().weight.device
-    full_vocab = model.get_output_embeddings().weight.shape[0]
-    nll_old = nll_full = 0.0
-    n_old = n_full = 0
-    correct_old, correct_full, example_of, position_old, position_full, is_old_all = [], [], [], [], [], []
     # batches of similar lengths waste little on padding; the order is a function of the data
     # alone, so base and adapted models still see identical batches
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].ids))
@@ -78,13 +77,34 @@ def score(model, encoded: list[Encoded], *, old_vocab: int, pad_id: int, batch_s
         members = order[start : start + batch_size]
         ids, _, target_mask = (t.to(device) for t in padded.batch(members))
         with autocast(device):
-            hidden = model.get_decoder()(
-                input_ids=ids
-            ).last_hidden_state  # right padding: no mask needed (data.Padded)
+            hidden = model.get_decoder()(input_ids=ids).last_hidden_state  # right padding: no mask (data.Padded)
         # the [positions, |V|] logits are made where the head lives; only per-position results leave it
         h = hidden[:, :-1][target_mask.to(hidden.device)].to(head_device)
         targets = ids[:, 1:][target_mask].to(head_device)
-        rows = torch.tensor(members)[:, None].expand_as(target_mask)[target_mask.cpu()]
+        yield h, targets, torch.tensor(members)[:, None].expand_as(target_mask)[target_mask.cpu()]
+
+
+@torch.inference_mode()
+def score(
+    model,
+    encoded: list[Encoded],
+    *,
+    old_vocab: int,
+    pad_id: int,
+    batch_size: int,
+    at: Iterable[Positions] | None = None,
+) -> Scores:
+    """at: positions() of these examples already computed (a frozen backbone's, kept from the base)."""
+    if not encoded:
+        empty = torch.zeros(0, dtype=torch.bool)
+        return Scores(0.0, 0, 0.0, 0, empty, empty, empty)
+    was_training = model.training
+    model.eval()
+    full_vocab = model.get_output_embeddings().weight.shape[0]
+    nll_old = nll_full = 0.0
+    n_old = n_full = 0
+    correct_old, correct_full, example_of, position_old, position_full, is_old_all = [], [], [], [], [], []
+    for h, targets, rows in positions(model, encoded, pad_id=pad_id, batch_size=batch_size) if at is None else at:
         # chunks of positions bound the [positions, |V|] logits (49k-152k vocabularies)
         for chunk in range(0, len(targets), POSITIONS_PER_CHUNK):
             h_chunk, t_chunk = h[chunk : chunk + POSITIONS_PER_CHUNK], targets[chunk : chunk + POSITIONS_PER_CHUNK]

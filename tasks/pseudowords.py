@@ -160,4 +160,5 @@ def build(params: Params, tokenizer) -> TaskData:
         validation=validation,
         validation_old_text=corpora.validation_leads(old_eval, params, old_text),
         target_oracle=oracle[: params.n_target],
+        exact_match=False,  # a continuation of several words: next-token top-1 instead (target_top1)
     )

@@ -77,4 +77,5 @@ def build(params: Params, tokenizer) -> TaskData:
         # the held-out chunks after the target set: other chunks of the test documents
         validation=held_out[params.n_target : params.n_target + params.n_validation],
         validation_old_text=corpora.validation_leads(old_eval, params, old_text, avoid=new),
+        exact_match=False,  # a chunk of running text: next-token top-1 instead (target_top1)
     )
