@@ -150,6 +150,23 @@ def build_parser() -> Parser:
     sweep.add_argument("--model", help="base model (default: the task's)")
     sweep.add_argument("--profile", help="a task profile")
     sweep.add_argument("--init", help="initialisation of the new rows (default: the task's)")
+    sweep.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2,...",
+        help="sweep a task param over these values (repeatable: the grid is their cartesian product)",
+    )
+    sweep.add_argument(
+        "--budget", action="append", default=[], metavar="KEY=VALUE", help="override a budget key, e.g. steps=20"
+    )
+    sweep.add_argument(
+        "--target-gap",
+        type=float,
+        default=0.5,
+        help="N*: the smallest n_train whose mean gap_closed reaches this (default: 0.5); "
+        "printed with the fit N* ≈ c·s·ln|V| after a dictionary_size sweep",
+    )
     sweep.add_argument("--db", **db)
     sweep.add_argument("--task-dir", **task_dir)
     sweep.add_argument(
@@ -446,14 +463,17 @@ def cmd_sweep(args) -> int:
     from clbench.method import methods
     from clbench.protocol import Session
     from clbench.store import Store
-    from clbench.sweep import curve, sweep
+    from clbench.sweep import grid, sweep
     from clbench.taskspec import load_tasks
 
     task, registry = load_tasks(args.task_dir).get(args.task), methods()
     chosen = [registry.get(name) for name in registry.resolve(args.method)]
     ns, seeds = parse_counts(args.n), parse_seeds(args.seeds)
+    swept, budget = parse_sweep_params(args.param), parse_options(args.budget, "--budget")
+    for point in grid(swept):  # every point's values are checked by the task's schemas before any run
+        task.resolved(args.profile, params_override=point or None, budget_override=budget or None)
     resolve_device(args.device)
-    store = Store(args.db)
+    store, session = Store(args.db), Session(device=args.device)
     if args.executor == "inline":
         outcomes = [
             (o.run_id, o.status)
@@ -463,10 +483,12 @@ def cmd_sweep(args) -> int:
                 ns,
                 seeds,
                 store=store,
-                session=Session(device=args.device),
+                session=session,
+                params=swept,
                 model=args.model,
                 profile=args.profile,
                 init=args.init,
+                budget_overrides=budget or None,
             )
         ]
     else:
@@ -484,8 +506,11 @@ def cmd_sweep(args) -> int:
                 init=args.init,
                 device=args.device,
                 task_dirs=tuple(str(d.resolve()) for d in args.task_dir),
+                param_overrides=point or None,
+                budget_overrides=budget or None,
             )
             for m in chosen
+            for point in grid(swept)
             for n in ns
             for seed in seeds
         ]
@@ -502,11 +527,34 @@ def cmd_sweep(args) -> int:
             )
         ]
     failed = report_statuses([status for _, status in outcomes], args.db)
+    print_sweep(store, [run_id for run_id, _ in outcomes], list(swept), args, task, session)
+    return 1 if failed else 0
+
+
+def print_sweep(store, run_ids: list[str], swept: list[str], args, task, session) -> None:
+    """The curve per (method, swept params, n_train); after a dictionary_size sweep, N*(s) and its fit."""
     import pandas as pd
 
+    from clbench.sweep import LAW_PARAM, curve, law_report, n_star_table
+
+    table = curve(store, run_ids, by=swept)
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.4g}".format):
-        print(curve(store, [run_id for run_id, _ in outcomes]).to_string())
-    return 1 if failed else 0
+        print(table.to_string())
+    if swept == [LAW_PARAM] and "gap_closed" in table:
+        vocab = len(session.base(args.model or task.resolved(args.profile)[0]).tokenizer)
+        print(law_report(n_star_table(table, swept, args.target_gap), vocab, args.target_gap))
+
+
+def parse_sweep_params(pairs: list[str]) -> dict[str, list[str]]:
+    """--param KEY=V1,V2,... (repeatable) → {KEY: [V1, V2, ...]}, in the order given."""
+    swept = {}
+    for pair in pairs:
+        key, text = next(iter(parse_options([pair], "--param").items()))
+        values = text.split(",")
+        if key in swept or any(not v for v in values) or len(set(values)) != len(values):
+            raise ClbenchError(f"--param {key}: give the key once, with distinct non-empty values, got {text!r}")
+        swept[key] = values
+    return swept
 
 
 def parse_counts(text: str) -> list[int]:

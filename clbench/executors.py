@@ -37,6 +37,8 @@ class RunRequest:
     init: str | None = None
     device: str = "auto"
     task_dirs: tuple[str, ...] = ()
+    param_overrides: dict | None = None  # --param / --budget, as plan() takes them
+    budget_overrides: dict | None = None
 
 
 def run_chunk(requests: list[RunRequest]) -> list[tuple[str, str, str | None]]:
@@ -61,6 +63,8 @@ def run_chunk(requests: list[RunRequest]) -> list[tuple[str, str, str | None]]:
             profile=r.profile,
             init=r.init,
             n_train=r.n_train,
+            param_overrides=r.param_overrides,
+            budget_overrides=r.budget_overrides,
         )
         out.append((outcome.run_id, outcome.status, outcome.reason))
     return out

@@ -7,11 +7,27 @@ rows: its nearest old tokens by cosine, and its best s-sparse decomposition (OMP
 relative residual, e.g.  <spec> ≈ 0.61·'*' + 0.20·'3' − …  (residual 0.42).
 A run that trained its new output rows (training softmax over V ∪ U) gets the same reading of
 those over the old output rows.
+
+Where the task knows what each new token stands for (TaskData.meaning: pseudowords' dictionaries),
+every run also stores how well its learned input row recovers that truth (meaning_recovery), and
+explain prints the truth under each decomposition. The rules:
+- space: the learned input row against the base's old input rows, the dictionary the
+  decomposition above uses (for fft and the like, the base's rows, not the adapted ones);
+- a true word is the base token it would be as text: " " + word where the task's new tokens are
+  whole words (they absorb the space before them, so the word they replace carries it), the word
+  itself otherwise. Only a word that is ONE base token is scored; one that splits into several
+  pieces is left out (counted apart: meaning_words_scored of all);
+- recall@s: with s = the number of true words of the token (the task's dictionary_size), the share
+  of its scored true words among the s atoms OMP chooses; mean over tokens with a scored word;
+- rank: 1 + the number of old rows with a strictly higher cosine to the row (1 = nearest);
+  median over every scored (token, word) pair.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -28,7 +44,10 @@ def rows_file(run_id: str) -> Path:
 
 
 @torch.no_grad()
-def save_new_rows(path: Path, model, old_vocab: int, tokens: list[str]) -> None:
+def save_new_rows(
+    path: Path, model, old_vocab: int, tokens: list[str], meaning: dict | None = None, whole_words: bool = False
+) -> None:
+    """meaning, whole_words: the task's truth and how its words read as tokens (kept for explain)."""
     new = slice(old_vocab, old_vocab + len(tokens))
     rows = {
         "input": model.get_input_embeddings().weight[new].detach().float().cpu().clone(),
@@ -36,7 +55,8 @@ def save_new_rows(path: Path, model, old_vocab: int, tokens: list[str]) -> None:
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_suffix(".tmp")
-    save_file(rows, staging, metadata={"tokens": json.dumps(tokens)})
+    metadata = {"tokens": json.dumps(tokens), "meaning": json.dumps(meaning or {}), "whole_words": str(whole_words)}
+    save_file(rows, staging, metadata=metadata)
     staging.replace(path)  # a reader never sees half a file
 
 
@@ -46,11 +66,93 @@ def load_new_rows(path: Path) -> tuple[list[str], dict[str, torch.Tensor]]:
     return tokens, load_file(path)
 
 
+def load_meaning(path: Path) -> tuple[dict[str, list[str]], bool]:
+    """The truth a rows file was saved with; ({}, False) for a file written before it was kept."""
+    with safe_open(str(path), "pt") as handle:
+        metadata = handle.metadata()
+    return json.loads(metadata.get("meaning", "{}")), metadata.get("whole_words") == "True"
+
+
+def word_ids(tokenizer, words: list[str], *, whole_words: bool) -> list[int | None]:
+    """Each true word's base token id, None where it is not one token (module docstring: the rule)."""
+    pieces = [tokenizer.encode((" " if whole_words else "") + w, add_special_tokens=False) for w in words]
+    return [ids[0] if len(ids) == 1 else None for ids in pieces]
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """How one learned row reads its true words: per word, its rank and whether OMP chose it."""
+
+    words: list[str]
+    ids: list[int | None]  # None: not one base token, not scored
+    ranks: list[int | None]
+    chosen: list[bool | None]  # among the s = len(words) atoms of the row's OMP decomposition
+
+    @property
+    def recall(self) -> float | None:
+        scored = [c for c in self.chosen if c is not None]
+        return sum(scored) / len(scored) if scored else None
+
+
+def recover(row: torch.Tensor, dictionary: torch.Tensor, words: list[str], ids: list[int | None]) -> Recovery:
+    atoms, x = dictionary.detach().double().cpu(), row.detach().double().cpu()
+    cosine = (atoms @ x) / (atoms.norm(dim=1) * x.norm()).clamp_min(1e-300)
+    chosen = set(omp(atoms, x, len(words)).indices)
+    ranks = [None if i is None else 1 + int((cosine > cosine[i]).sum()) for i in ids]
+    return Recovery(words, ids, ranks, [None if i is None else i in chosen for i in ids])
+
+
+def recovery_metrics(recoveries: list[Recovery]) -> dict[str, float]:
+    """meaning_recall_at_s, meaning_rank_median, meaning_words_scored (module docstring: the rules)."""
+    recalls = [r.recall for r in recoveries if r.recall is not None]
+    ranks = [rank for r in recoveries for rank in r.ranks if rank is not None]
+    values = {"meaning_words_scored": float(len(ranks))}
+    if ranks:
+        values |= {"meaning_recall_at_s": sum(recalls) / len(recalls), "meaning_rank_median": statistics.median(ranks)}
+    return values
+
+
+@torch.no_grad()
+def meaning_recovery(base, model, data) -> dict[str, float]:
+    """The recovery metrics of an adapted model's new input rows; {} where the task knows no meaning."""
+    if not data.meaning:
+        return {}
+    old_vocab = len(base.tokenizer)
+    rows = model.get_input_embeddings().weight[old_vocab : old_vocab + len(data.new_tokens)]
+    dictionary = base.model.get_input_embeddings().weight[:old_vocab].detach().double().cpu()  # converted once
+    recoveries = [
+        recover(row, dictionary, words, word_ids(base.tokenizer, words, whole_words=data.whole_word_tokens))
+        for row, words in ((row, data.meaning.get(token, [])) for row, token in zip(rows, data.new_tokens))
+        if words
+    ]
+    return recovery_metrics(recoveries)
+
+
+def describe_truth(recovery: Recovery, names: list[str]) -> str:
+    """The truth beside a decomposition: each true word's rank by cosine, ✓ if OMP chose it."""
+    parts = [
+        f"{w!r} not one token" if i is None else f"{w!r} ({names[i]!r}) rank {rank}{' ✓' if chosen else ''}"
+        for w, i, rank, chosen in zip(recovery.words, recovery.ids, recovery.ranks, recovery.chosen)
+    ]
+    recall = "" if recovery.recall is None else f"; recall@{len(recovery.words)} {recovery.recall:.2f}"
+    return "truth: " + ", ".join(parts) + recall
+
+
 def describe_rows(
-    rows: torch.Tensor, tokens: list[str], dictionary: torch.Tensor, names: list[str], *, s: int, k: int = 5
+    rows: torch.Tensor,
+    tokens: list[str],
+    dictionary: torch.Tensor,
+    names: list[str],
+    *,
+    s: int,
+    k: int = 5,
+    truth: dict[str, list[int | None]] | None = None,
+    meaning: dict[str, list[str]] | None = None,
 ) -> list[str]:
-    """One block per new token: its k nearest dictionary rows and its s-sparse OMP decomposition."""
+    """One block per new token: its k nearest dictionary rows and its s-sparse OMP decomposition;
+    with meaning (token → true words) and truth (token → their word_ids), a line of the truth."""
     lines = []
+    dictionary = dictionary.detach().double().cpu()  # once, not once per row
     for token, row in zip(tokens, rows):
         close = ", ".join(f"{names[i]!r} {cosine:.3f}" for i, cosine in nearest(dictionary, row, k))
         fit = omp(dictionary, row, s)
@@ -59,6 +161,9 @@ def describe_rows(
         )
         lines.append(f"{token}  nearest (cosine): {close}")
         lines.append(f"{' ' * len(token)}  ≈ {terms.removeprefix('+ ')}   (residual {fit.residual:.3f})")
+        if meaning and meaning.get(token):
+            found = recover(row, dictionary, meaning[token], truth[token])
+            lines.append(f"{' ' * len(token)}  {describe_truth(found, names)}")
     return lines
 
 
@@ -81,8 +186,18 @@ def explain(store, run_id: str, *, s: int, session) -> str:
         raise ClbenchError(f"base model {config['model']!r} is not the one run {run_id} used (fingerprint differs)")
     names = base.tokenizer.convert_ids_to_tokens(list(range(len(base.tokenizer))))
     head = f"run {run_id}: {config['task']} × {config['method']} (seed {config['seed']}, {config['model']}), s = {s}"
+    meaning, whole_words = load_meaning(path)
+    truth = {t: word_ids(base.tokenizer, words, whole_words=whole_words) for t, words in meaning.items()}
     out = [head, "input rows over the old input rows:"]
-    out += describe_rows(rows["input"], tokens, base.model.get_input_embeddings().weight[: len(names)], names, s=s)
+    out += describe_rows(
+        rows["input"],
+        tokens,
+        base.model.get_input_embeddings().weight[: len(names)],
+        names,
+        s=s,
+        truth=truth,
+        meaning=meaning,
+    )
     if config["train_vocab"] == "full" and not torch.equal(rows["input"], rows["output"]):
         out += ["output rows over the old output rows:"]
         out += describe_rows(

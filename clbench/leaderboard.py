@@ -298,9 +298,9 @@ def tradeoff_plot(points: pd.DataFrame, quality: str | None, salt: str) -> str |
 
 def sample_efficiency_plot(part: pd.DataFrame, quality: str | None, salt: str) -> str | None:
     """Metric vs n_train, one line per (method, model, settings), where a task has a sweep."""
-    if part.n_train.nunique() < 2:
-        return None
     shown = [m for m in (quality, "forgetting_oldvocab") if m in set(part.metric)]
+    if part.n_train.nunique() < 2 or not shown:  # nothing to draw: no figure (matplotlib refuses 0 panels)
+        return None
     with rc_context(SVG_STYLE):
         fig = Figure(figsize=(5.2 * len(shown), 4))
         for ax, metric in zip(fig.subplots(1, len(shown), squeeze=False)[0], shown):
@@ -322,6 +322,46 @@ def sample_efficiency_plot(part: pd.DataFrame, quality: str | None, salt: str) -
             ax.minorticks_off()
             ax.set_xlabel("n_train (training examples)")
             ax.set_ylabel(f"{metric}{arrow(metric)}")
+            ax.legend(fontsize=6)
+            ax.grid(alpha=0.3)
+        return svg(fig, salt)
+
+
+def dictionary_sweep_plot(part: pd.DataFrame, salt: str) -> str | None:
+    """Where a task's runs sweep dictionary_size (s) and n_train: gap_closed vs n_train per s, and
+    N*(s) (clbench/sweep.py n_star, the default fraction) against s with the least-squares line
+    through the origin N* ≈ k·s (k = c·ln T, T fixed by the model), one line per method · model."""
+    gaps = part[part.metric == "gap_closed"]
+    if gaps.empty:
+        return None
+    from clbench.sweep import LAW_PARAM, TARGET_GAP, n_star, through_origin
+
+    s = gaps.config.map(lambda c: json.loads(c).get("params", {}).get(LAW_PARAM))
+    if s.isna().any() or s.nunique() < 2 or gaps.n_train.nunique() < 2:
+        return None
+    means = gaps.assign(s=s).groupby(["method", "model", "s", "n_train"]).value.mean().reset_index()
+    with rc_context(SVG_STYLE):
+        fig = Figure(figsize=(10.4, 4))
+        curves, law = fig.subplots(1, 2)
+        for (method, model), lines in means.groupby(["method", "model"]):
+            stars = {}
+            for size, line in lines.groupby("s"):
+                curves.plot(line.n_train, line.value, marker="o", label=f"{method} · {model} · s={size}")
+                stars[size] = n_star(dict(zip(line.n_train, line.value)))
+            reached = {k: v for k, v in stars.items() if v is not None}
+            slope = through_origin(list(reached), [float(v) for v in reached.values()])
+            rms = math.sqrt(np.mean([(v - slope * k) ** 2 for k, v in reached.items()])) if reached else math.nan
+            dots = law.plot(list(reached), list(reached.values()), "o", label=f"{method} · {model}: N*(s)")
+            if reached:
+                xs = np.array([0, max(stars)])
+                law.plot(xs, slope * xs, "--", color=dots[0].get_color(), label=f"N* ≈ {slope:.3g}·s (rms {rms:.3g})")
+        curves.axhline(TARGET_GAP, color="gray", lw=0.8)
+        curves.set_xscale("log")
+        curves.set_xlabel("n_train (training examples)")
+        curves.set_ylabel(f"gap_closed{arrow('gap_closed')}")
+        law.set_xlabel("s (dictionary_size)")
+        law.set_ylabel(f"N*: smallest n_train with gap_closed ≥ {TARGET_GAP}")
+        for ax in (curves, law):
             ax.legend(fontsize=6)
             ax.grid(alpha=0.3)
         return svg(fig, salt)
@@ -484,6 +524,7 @@ def build(db: str | Path, out: str | Path) -> Path:
         plots = [
             tradeoff_plot(points, quality, f"{t}-tradeoff"),
             sample_efficiency_plot(table[table.task == task], quality, f"{t}-sweep"),
+            dictionary_sweep_plot(values[values.task == task], f"{t}-law"),
         ]
         if matrix is not None:
             plots += heatmaps(matrix, runs[runs.task == task], t)

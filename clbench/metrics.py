@@ -274,6 +274,22 @@ register_metric(
     definition="target_loss − target_loss_oracle_adapted, one model: what reading the new token still costs against reading its meaning; separates learning the word from adapting to the corpus",
     headline={"leaderboard": 36},
 )
+# dictionary recovery, where the task knows what each new token stands for (clbench/explain.py: the rules)
+register_metric(
+    "meaning_recall_at_s",
+    higher_is_better=True,
+    definition="share of a new token's true words (those that are one base token) among the s atoms of its learned input row's OMP decomposition over the old input rows, s = its number of true words; mean over new tokens",
+)
+register_metric(
+    "meaning_rank_median",
+    higher_is_better=False,
+    definition="rank (1 = nearest) of each true word among the old input rows by cosine to the learned input row; median over every scored (token, word) pair",
+)
+register_metric(
+    "meaning_words_scored",
+    higher_is_better=True,
+    definition="(token, true word) pairs the recovery metrics score: true words that are one base token (with a leading space where new tokens are whole words)",
+)
 # sequential tasks (clbench/cl_metrics.py): GEM's average, backward and forward transfer over the stage × task matrix
 register_metric(
     "avg_target_acc", higher_is_better=True, definition="mean over stages of target_acc after the last stage"

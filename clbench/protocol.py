@@ -30,7 +30,7 @@ from clbench.devices import resolve_device
 from clbench.errors import ClbenchError, DivergedError
 from clbench.evaluate import Positions, Scores, positions, score
 from clbench.expand import INIT_STRATEGIES, add_new_tokens, check_expansion, expand
-from clbench.explain import rows_file, save_new_rows
+from clbench.explain import meaning_recovery, rows_file, save_new_rows
 from clbench.method import MethodSpec
 from clbench.models import Base, load_base
 from clbench.provenance import git_commit, versions
@@ -457,7 +457,7 @@ def adapt_and_evaluate(
         if data.stages:
             matrix += stage_row(number, model, stages, tokenizer, base.max_length, scored_old, scored)
     if rows_path is not None:  # the learned new rows, for `clbench explain`
-        save_new_rows(rows_path, model, old_vocab, data.new_tokens)
+        save_new_rows(rows_path, model, old_vocab, data.new_tokens, data.meaning, data.whole_word_tokens)
 
     # 4. evaluate the adapted model on the same data the base was scored on
     target = scored(model, target_set)
@@ -491,6 +491,7 @@ def adapt_and_evaluate(
             target_bytes=sum(len(e.completion.encode()) for e in data.target_test),
         )
     )
+    values.update(meaning_recovery(base, model, data))  # where the task knows what each new token stands for
     if data.stages:
         values.update(stage_metrics(matrix, [s.name for s in stages]))
     log(

@@ -1,12 +1,24 @@
 """Sample-efficiency curves: `clbench sweep --task T --method et,fft --n 10,50,200 --seeds 0,1,2`.
 
-A sweep is run_one over methods × N × seeds with the task's budget otherwise unchanged (same
-steps, so a small N is seen for more epochs). Each point is an ordinary run in the store, so a
-sweep resumes like `run`: finished points are skipped. The curve reads N back from each run's
-recorded config.
+A sweep is run_one over methods × task-param grid × N × seeds with the task's budget otherwise
+unchanged (same steps, so a small N is seen for more epochs). `--param KEY=V1,V2` makes the grid
+(the cartesian product over every swept key), e.g. the paper's sample-complexity law:
+
+    clbench sweep --task pseudowords --method et --param dictionary_size=1,2,4,8 --n 8,16,32,64,128 --seeds 0,1,2
+
+Each point is an ordinary run in the store (its params are param_overrides), so a sweep resumes
+like `run`: finished points are skipped. The curve reads N and the swept params back from each
+run's recorded config. n_star and fit_law turn a dictionary_size sweep into the N*(s) table and
+the fit N* ≈ c·s·ln T.
 """
 
 from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -14,32 +26,133 @@ from clbench.metrics import headline
 from clbench.protocol import Outcome, run_one
 
 SPREAD = ["target_loss", "target_acc"]  # also reported as the standard deviation over seeds
+TARGET_GAP = 0.5  # the default fraction of gap_closed that defines N*
+LAW_PARAM = "dictionary_size"  # s in the paper's N* = O(s log T)
 
 
-def sweep(task, methods: list, ns: list[int], seeds: list[int], *, store, session, **run_options) -> list[Outcome]:
+def grid(params: Mapping[str, list[str]]) -> list[dict[str, str]]:
+    """Every combination of the swept params' values, the first key varying slowest; [{}] if none."""
+    return [dict(zip(params, values)) for values in itertools.product(*params.values())]
+
+
+def sweep(
+    task,
+    methods: list,
+    ns: list[int],
+    seeds: list[int],
+    *,
+    store,
+    session,
+    params: Mapping[str, list[str]] | None = None,
+    **run_options,
+) -> list[Outcome]:
+    """run_options: run_one's (budget_overrides among them), the same for every point."""
     return [
-        run_one(task, method, seed=seed, store=store, session=session, n_train=n, **run_options)
+        run_one(
+            task,
+            method,
+            seed=seed,
+            store=store,
+            session=session,
+            n_train=n,
+            param_overrides=point or None,
+            **run_options,
+        )
         for method in methods
+        for point in grid(params or {})
         for n in ns
         for seed in seeds
     ]
 
 
-def curve(store, run_ids: list[str]) -> pd.DataFrame:
-    """Means over seeds (standard deviations for SPREAD), one row per (method, n_train)."""
+def curve(store, run_ids: list[str], by: list[str] | tuple = ()) -> pd.DataFrame:
+    """Means over seeds (standard deviations for SPREAD), one row per (method, *by, n_train); by:
+    task params read from each run's config (the swept ones)."""
     frame = store.query(
-        "SELECT r.run_id, r.method, CAST(json_extract(r.config, '$.budget.n_train') AS INTEGER) AS n_train, r.seed, "
-        "m.metric, m.value FROM runs r JOIN metrics m USING (run_id) WHERE r.status = 'finished'"
+        "SELECT r.run_id, r.method, r.config, r.seed, m.metric, m.value "
+        "FROM runs r JOIN metrics m USING (run_id) WHERE r.status = 'finished'"
     )
     shown = headline("curve")
     frame = frame[frame.run_id.isin(run_ids) & frame.metric.isin(shown)]
     if frame.empty:
         return pd.DataFrame()
-    table = frame.pivot_table(index=["method", "n_train"], columns="metric", values="value", aggfunc="mean")
-    spread = frame[frame.metric.isin(SPREAD)].pivot_table(
-        index=["method", "n_train"], columns="metric", values="value", aggfunc="std"
-    )
-    seeds = frame.groupby(["method", "n_train"]).seed.nunique().rename("seeds")
+    configs = frame.config.map(json.loads)
+    frame = frame.assign(n_train=configs.map(lambda c: int(c["budget"]["n_train"])))
+    frame = frame.assign(**{key: configs.map(lambda c, key=key: c["params"][key]) for key in by})
+    index = ["method", *by, "n_train"]
+    table = frame.pivot_table(index=index, columns="metric", values="value", aggfunc="mean")
+    spread = frame[frame.metric.isin(SPREAD)].pivot_table(index=index, columns="metric", values="value", aggfunc="std")
+    seeds = frame.groupby(index).seed.nunique().rename("seeds")
     columns = [table.get(m, None) for m in shown]
     columns += [spread[m].rename(f"{m}_sd") for m in SPREAD if m in spread]
     return pd.concat([seeds, *[c for c in columns if c is not None]], axis=1)
+
+
+def n_star(points: Mapping[int, float], fraction: float = TARGET_GAP) -> int | None:
+    """N*: the smallest N whose mean gap_closed reaches `fraction` (≥), points: N → mean gap_closed.
+
+    A non-monotone curve counts its first crossing: the smallest such N, even if a larger N falls
+    back below. A NaN never reaches. None: not reached within the sweep (a lower bound only: N* is
+    above the largest N swept, or the method never gets there)."""
+    reached = [n for n, value in points.items() if not math.isnan(value) and value >= fraction]
+    return min(reached) if reached else None
+
+
+def n_star_table(table: pd.DataFrame, by: list[str] | tuple, fraction: float = TARGET_GAP) -> pd.DataFrame:
+    """N* per (method, *by) from curve()'s table (its gap_closed column); None where not reached."""
+    keys, stars = [], []
+    for key, group in table["gap_closed"].reset_index().groupby(["method", *by], sort=True):
+        keys.append(key)
+        stars.append(n_star(dict(zip(group.n_train, group.gap_closed)), fraction))
+    frame = pd.DataFrame(keys, columns=["method", *by])
+    frame["n_star"] = pd.Series(stars, dtype=object)  # object: None stays None, not NaN
+    return frame
+
+
+@dataclass(frozen=True)
+class LawFit:
+    """N* ≈ c·s·ln T, fitted by least squares through the origin over the s whose N* was reached."""
+
+    c: float
+    vocab: int  # T
+    residuals: dict[int, float]  # s → N* − c·s·ln T
+    unreached: list[int]  # s whose N* was not reached within the sweep: left out of the fit
+
+    def predicted(self, s: float) -> float:
+        return self.c * s * math.log(self.vocab)
+
+
+def through_origin(x: list[float], y: list[float]) -> float:
+    """The least-squares slope of y ≈ c·x with no intercept: Σ x·y / Σ x²; NaN with no point."""
+    xx = sum(v * v for v in x)
+    return sum(a * b for a, b in zip(x, y)) / xx if xx else math.nan
+
+
+def fit_law(n_stars: Mapping[int, int | None], vocab: int) -> LawFit:
+    """Fit N*(s) ≈ c·s·ln T. T is the base's vocabulary size |V|: clbench's reading of the paper's
+    T (the number of old tokens a new one may combine), an assumption; the log is natural, so c is
+    per nat. s with no N* (None) are left out and listed."""
+    reached = {s: n for s, n in sorted(n_stars.items()) if n is not None}
+    log_t = math.log(vocab)
+    c = through_origin([s * log_t for s in reached], [float(n) for n in reached.values()])
+    residuals = {s: n - c * s * log_t for s, n in reached.items()}
+    return LawFit(c, vocab, residuals, sorted(s for s, n in n_stars.items() if n is None))
+
+
+def law_report(stars: pd.DataFrame, vocab: int, fraction: float = TARGET_GAP) -> str:
+    """The N*(s) table of a dictionary_size sweep and, per method, the fit N* ≈ c·s·ln T."""
+    lines = [f"N*(s): smallest n_train whose mean gap_closed ≥ {fraction} (T = |V| = {vocab}, the base's vocabulary)"]
+    for method, part in stars.groupby("method", sort=True):
+        fit = fit_law(dict(zip(part[LAW_PARAM], part.n_star)), vocab)
+        lines.append(f"{method}:")
+        for s, n in zip(part[LAW_PARAM], part.n_star):
+            fitted = f"fit {fit.predicted(s):.1f}, residual {fit.residuals[s]:+.1f}" if n is not None else ""
+            lines.append(
+                f"  s = {s:<3} N* = {'not reached within the sweep' if n is None else n:<6} {fitted}".rstrip()
+            )
+        if fit.residuals:
+            rms = math.sqrt(sum(r * r for r in fit.residuals.values()) / len(fit.residuals))
+            lines.append(f"  N* ≈ {fit.c:.4g}·s·ln T  (least squares through the origin; rms residual {rms:.1f})")
+        else:
+            lines.append("  no fit: N* reached for no s")
+    return "\n".join(lines)

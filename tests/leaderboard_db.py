@@ -22,6 +22,7 @@ def record(
     status: str = "finished",
     reason: str | None = None,
     lr: float = 0.01,
+    params: dict | None = None,
 ) -> None:
     config = {
         "task": task,
@@ -32,6 +33,7 @@ def record(
         "init": "random",
         "profile": None,
         "seed": seed,
+        **({"params": params} if params is not None else {}),
     }
     store.record(
         {

@@ -84,8 +84,11 @@ def test_directions_are_the_ones_before_the_registry():
         "target_top1",
         "target_top1_nolearn",
         "target_top1_oracle",
+        # added with dictionary recovery (issue 14)
+        "meaning_recall_at_s",
+        "meaning_words_scored",
     }
-    assert len(M.METRICS.names()) == 29 + 13
+    assert len(M.METRICS.names()) == 29 + 13 + 3
 
 
 def test_a_family_member_inherits_its_familys_declaration():
