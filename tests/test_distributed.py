@@ -151,8 +151,9 @@ def test_two_processes_train_one_run_like_one_process(method, engine, tiny_cli, 
     rel = 1e-6 if method == "ewc" else 1e-7
     for metric in single.keys() - NOT_REPRODUCIBLE:
         # the gradient is a sum over two shards instead of one batch: the weights differ in the last
-        # float32 bits, the metrics by ≤ 5e-10 (measured: 4.5e-10 on forgetting_oldvocab after FFT)
-        assert parallel[metric] == pytest.approx(single[metric], rel=rel, abs=1e-8), metric
+        # float32 bits, and fused AdamW carries them a little further (measured: 1.4e-8 on forgetting_oldvocab
+        # after FFT, 1.7e-8 on word_gap after ewc, both differences of ~2.8-nat losses; 4.5e-10 before fused)
+        assert parallel[metric] == pytest.approx(single[metric], rel=rel, abs=5e-8), metric
     for exact in ("tokens_seen", "trainable_params", "target_loss_init", "old_loss_base", "target_acc"):
         assert parallel[exact] == single[exact], exact
     if method == "et":
