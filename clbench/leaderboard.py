@@ -18,6 +18,7 @@ import html
 import io
 import json
 import math
+import tempfile
 from importlib import resources
 from pathlib import Path
 from string import Template
@@ -27,6 +28,7 @@ import pandas as pd
 from matplotlib import rc_context
 from matplotlib.figure import Figure
 
+from clbench.errors import ClbenchError
 from clbench.metrics import headline, higher_is_better, lookup
 from clbench.stats import finite, mean_ci, verdict, welch_p
 from clbench.store import REPORTED, Store, now
@@ -504,6 +506,7 @@ def md(value) -> str:
 
 def build(db: str | Path, out: str | Path) -> Path:
     store, out = Store(db), Path(out)
+    writable(out)
     values, kept_out, runs = load(store)
     table = aggregate(values)
     tasks = sorted(table.task.unique())
@@ -575,6 +578,15 @@ def build(db: str | Path, out: str | Path) -> Path:
     )
     table.sort_values(KEY + ["metric"]).to_csv(out / "leaderboard.csv", index=False)
     return out
+
+
+def writable(out: Path) -> None:
+    """The output folder exists or can be made, and takes files: checked before any work."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=out).close()
+    except OSError as error:
+        raise ClbenchError(f"cannot write the leaderboard to {out}: {error.strerror or error}") from None
 
 
 def heatmaps(matrix: pd.DataFrame, task_runs: pd.DataFrame, t: int) -> list[str]:

@@ -208,3 +208,11 @@ def test_bad_device_fails_before_any_work(command, device, message, capsys):
     assert main([command, "--task", "arithmetic", "--method", "et", "--device", device, *extra]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("clbench: error:") and message in err
+
+
+@pytest.mark.parametrize("out", ["/proc/forbidden", "/sys/clbench-out"])
+def test_leaderboard_to_an_unwritable_folder_is_one_line(capsys, db, out):
+    before = db.read_bytes()
+    message = _error(capsys, ["leaderboard", "--db", str(db), "--out", out])
+    assert message.startswith(f"cannot write the leaderboard to {out}: ")
+    assert db.read_bytes() == before
