@@ -87,18 +87,11 @@ class Encoded:
     loss_from: int  # positions >= loss_from are predicted targets (index into ids)
 
 
-def encode(tokenizer, prompt: str, completion: str, max_length: int, *, allow_unknown: bool = False) -> Encoded:
-    """allow_unknown: text the tokenizer maps to its unknown token is kept (the no-learning reference: the
-    base reading a new token it has no pieces for); otherwise it is an error, never a silent <unk>."""
+def encode(tokenizer, prompt: str, completion: str, max_length: int) -> Encoded:
     bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
     head = bos + tokenizer.encode(prompt, add_special_tokens=False)
     tail = tokenizer.encode(completion, add_special_tokens=False) + [tokenizer.eos_token_id]
     ids = head + tail
-    unknown = tokenizer.unk_token_id
-    if not allow_unknown and unknown is not None and unknown in ids:
-        raise ClbenchError(
-            f"text the tokenizer cannot represent (it becomes {tokenizer.unk_token!r}): {prompt + completion!r:.60}"
-        )
     if not head:
         raise ClbenchError("tokenizer has no bos token and the prompt is empty: nothing to condition on")
     if len(ids) > max_length:
@@ -108,10 +101,8 @@ def encode(tokenizer, prompt: str, completion: str, max_length: int, *, allow_un
     return Encoded(ids, len(head))
 
 
-def encode_examples(
-    tokenizer, examples: list[Example], max_length: int, *, allow_unknown: bool = False
-) -> list[Encoded]:
-    return [encode(tokenizer, e.prompt, e.completion, max_length, allow_unknown=allow_unknown) for e in examples]
+def encode_examples(tokenizer, examples: list[Example], max_length: int) -> list[Encoded]:
+    return [encode(tokenizer, e.prompt, e.completion, max_length) for e in examples]
 
 
 def encode_texts(tokenizer, texts: list[str], max_length: int) -> list[Encoded]:

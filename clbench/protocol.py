@@ -113,8 +113,7 @@ class Session:
         key = (base.fingerprint, data.fingerprint(), oracle)
         if key not in self.base_target_scores:
             examples = data.target_oracle if oracle else data.target_test
-            # the base may have no pieces for a new token (arithmetic's `<spec>`): it reads <unk> there
-            encoded = encode_examples(base.tokenizer, examples, base.max_length, allow_unknown=True)
+            encoded = encode_examples(base.tokenizer, examples, base.max_length)
             vocab = len(base.tokenizer)
             self.base_target_scores[key] = score(
                 base.model, encoded, old_vocab=vocab, pad_id=base.tokenizer.pad_token_id, batch_size=batch_size

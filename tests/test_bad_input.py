@@ -251,17 +251,6 @@ CASES = [
         "task 'custom': cannot read its data: 'utf-8' codec can't decode",
     ),
     (
-        "old-text-the-base-cannot-represent",
-        lambda c: c.run(
-            "--task",
-            "custom",
-            task_dir=c.generator_task(
-                GENERATOR.replace("NEW_TOKENS", '["<x>"]').replace("OLD_TEXT", '["1+1=2", "9-3=6"]')
-            ),
-        ),
-        "text the tokenizer cannot represent (it becomes '<unk>'): '9-3=6'",
-    ),
-    (
         "sequence-longer-than-context",
         lambda c: c.run(task_dir=c.task(params={"template": "0" * 40 + "{a}{op}{b}="})),
         "exceeds the model context of 32",

@@ -260,6 +260,6 @@ def test_every_method_trains_float32_masters_of_a_bf16_model(name):
 def test_training_refuses_bf16_trainable_parameters():
     base = tiny_base(tied=False)
     weight = torch.nn.Parameter(torch.zeros(2, D, dtype=torch.bfloat16))
-    examples = encode_examples(base.tokenizer, tiny_data().train, 32, allow_unknown=True)  # unexpanded: <spec> unknown
+    examples = encode_examples(base.tokenizer, tiny_data().train, 32)
     with pytest.raises(ClbenchError, match="float32 masters, got bfloat16"):
         train(base.model, [{"params": [weight]}], examples, steps=1, batch_size=2, lr=1e-3, seed=0, pad_id=0)

@@ -42,7 +42,7 @@ def test_every_run_stores_its_references(tiny_cli, tmp_path, monkeypatch):
     bs, vocab, pad = budget.eval_batch_size, len(base.tokenizer), base.tokenizer.pad_token_id
     on = lambda examples: score(
         base.model,
-        encode_examples(base.tokenizer, examples, base.max_length, allow_unknown=True),
+        encode_examples(base.tokenizer, examples, base.max_length),
         old_vocab=vocab,
         pad_id=pad,
         batch_size=bs,
