@@ -506,8 +506,8 @@ def md(value) -> str:
 
 def build(db: str | Path, out: str | Path) -> Path:
     store, out = Store(db), Path(out)
+    values, kept_out, runs = load(store)  # a missing database is refused first, before any folder is made
     writable(out)
-    values, kept_out, runs = load(store)
     table = aggregate(values)
     tasks = sorted(table.task.unique())
     provenance = values.drop_duplicates("run_id").sort_values(KEY + ["seed"])
