@@ -70,13 +70,15 @@ def tune(
     if "lr" in options:
         raise ClbenchError("tune chooses the lr: give other method options only")
     grids = {m.name: list(grid or m.lr_grid) for m in methods}
+    planned = {}  # method → a plan of its first grid point: the key and model of its choice (lr is not in the key)
     for method in methods:  # every input is checked before the first run trains or writes
         if not grids[method.name]:
             raise ClbenchError(f"method {method.name!r} declares no lr grid: give one with --grid")
         for lr in grids[method.name]:
-            plan(
+            checked = plan(
                 task, method, seed=seeds[0], session=session, split="validation", options={**options, "lr": lr}, **how
             )
+            planned.setdefault(method.name, checked)
     choices = []
     for method in methods:
         search = []
@@ -100,13 +102,12 @@ def tune(
             )
             log(f"  tune {task.name} × {method.name}: lr {lr:g}  validation {objective} {mean(values):.4f}")
         best = choose(search)
-        planned = plan(task, method, seed=seeds[0], session=session, split="validation", options=options, **how)
         store.record_tuned(
             {
-                "tune_key": tune_key(planned.config, options),
+                "tune_key": tune_key(planned[method.name].config, options),
                 "task": task.name,
                 "method": method.name,
-                "model": planned.base.ref,
+                "model": planned[method.name].base.ref,
                 "profile": how.get("profile"),
                 "objective": objective,
                 "lr": best["lr"],
