@@ -244,6 +244,12 @@ for _name in ("target_loss", "forgetting_oldvocab", "forgetting_full"):
         higher_is_better=False,
         definition=f"evaluation noise of {_name}: bootstrap standard error over the evaluation examples ({BOOTSTRAP_RESAMPLES} resamples, fixed seed{'; paired with the base on the same examples' if _name.startswith('forgetting') else ''})",
     )
+for _name, _paired in (("gap_closed", "no-learning and oracle references"), ("word_gap", "adapted oracle")):
+    register_metric(
+        f"{_name}_se",
+        higher_is_better=False,
+        definition=f"evaluation noise of {_name}: bootstrap standard error over the target examples ({BOOTSTRAP_RESAMPLES} resamples, fixed seed), resampled together with the {_paired} on the same examples",
+    )
 # reference points, stored with every run (clbench/protocol.py references)
 register_metric(
     "target_loss_nolearn",
@@ -372,11 +378,39 @@ def bootstrap_se(
     n = len(nll)
     if n < 2:
         return float("nan")
-    index = torch.randint(n, (resamples, n), generator=torch.Generator().manual_seed(seed))
-    value = nll.double()[index].sum(1) / counts.double()[index].sum(1)
+    index = _resampled(n, resamples, seed)
+    value = _resampled_loss(index, nll, counts)
     if base_nll is not None:
-        value = value - base_nll.double()[index].sum(1) / base_counts.double()[index].sum(1)
+        value = value - _resampled_loss(index, base_nll, base_counts)
     return float(value.std())
+
+
+def bootstrap_gap_closed_se(
+    method: tuple[torch.Tensor, torch.Tensor],
+    no_learning: tuple[torch.Tensor, torch.Tensor],
+    oracle: tuple[torch.Tensor, torch.Tensor],
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> float:
+    """bootstrap_se of gap_closed: each (per-example Σ nll, counts) of the same examples resampled
+    together, so the examples' shared difficulty cancels as it does in the ratio itself."""
+    n = len(method[0])
+    if n < 2:
+        return float("nan")
+    index = _resampled(n, resamples, seed)
+    m, nolearn, best = (_resampled_loss(index, *pair) for pair in (method, no_learning, oracle))
+    if bool((nolearn <= best).any()):  # some resample has no gap to close: the ratio has no finite spread
+        return float("nan")
+    return float(((nolearn - m) / (nolearn - best)).std())
+
+
+def _resampled(n: int, resamples: int, seed: int) -> torch.Tensor:
+    return torch.randint(n, (resamples, n), generator=torch.Generator().manual_seed(seed))
+
+
+def _resampled_loss(index: torch.Tensor, nll: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    return nll.double()[index].sum(1) / counts.double()[index].sum(1)
 
 
 def gap_closed(method_loss: float, no_learning: float, oracle: float) -> float:

@@ -56,6 +56,9 @@ class Session:
     base_scores: dict[tuple, tuple[Scores, Scores]] = field(default_factory=dict)
     base_target_scores: dict[tuple, Scores] = field(default_factory=dict)
     base_positions: dict[tuple, list[Positions]] = field(default_factory=dict)
+    # the expanded model before any training is the same for every method (expand() precedes setup()),
+    # so its target scores are too: one scoring per (base, data, init, seed) rather than per method
+    init_scores: dict[tuple, Scores] = field(default_factory=dict)
 
     def base(self, ref: str) -> Base:
         if ref not in self.bases:
@@ -99,24 +102,42 @@ class Session:
         """The base's hidden states at the old text's scored positions, computed once: a method with a
         frozen backbone has the very same on old text (it holds no new token), so its evaluation
         there is the head alone (adapt_and_evaluate)."""
-        key = (base.fingerprint, data.fingerprint(), batch_size)
+        return self._positions(base, data, batch_size, "old", lambda: old_sets(base, data)[0])
+
+    def oracle_positions(self, base: Base, data: TaskData, batch_size: int) -> list[Positions]:
+        """The same for the target set's oracle version (each new token replaced by its meaning): it
+        holds no new token either, so a frozen backbone's adapted-oracle score is the head alone."""
+        return self._positions(base, data, batch_size, "oracle", lambda: self.oracle_encoded(base, data))
+
+    def _positions(self, base: Base, data: TaskData, batch_size: int, which: str, encoded) -> list[Positions]:
+        key = (base.fingerprint, data.fingerprint(), batch_size, which)
         if key not in self.base_positions:
-            old, _ = old_sets(base, data)
             self.base_positions[key] = list(
-                positions(base.model, old, pad_id=base.tokenizer.pad_token_id, batch_size=batch_size)
+                positions(base.model, encoded(), pad_id=base.tokenizer.pad_token_id, batch_size=batch_size)
             )
         return self.base_positions[key]
+
+    @staticmethod
+    def oracle_encoded(base: Base, data: TaskData) -> list[Encoded]:
+        return encode_examples(base.tokenizer, data.target_oracle, base.max_length)
 
     def target_of_base(self, base: Base, data: TaskData, batch_size: int, *, oracle: bool = False) -> Scores:
         """The target set, or its oracle version, scored by the unexpanded base with its own tokenizer:
         the no-learning and the oracle reference (clbench/protocol.py reference_metrics)."""
         key = (base.fingerprint, data.fingerprint(), oracle)
         if key not in self.base_target_scores:
-            examples = data.target_oracle if oracle else data.target_test
-            encoded = encode_examples(base.tokenizer, examples, base.max_length)
-            vocab = len(base.tokenizer)
+            encoded = (
+                self.oracle_encoded(base, data)
+                if oracle
+                else encode_examples(base.tokenizer, data.target_test, base.max_length)
+            )
             self.base_target_scores[key] = score(
-                base.model, encoded, old_vocab=vocab, pad_id=base.tokenizer.pad_token_id, batch_size=batch_size
+                base.model,
+                encoded,
+                old_vocab=len(base.tokenizer),
+                pad_id=base.tokenizer.pad_token_id,
+                batch_size=batch_size,
+                at=self.oracle_positions(base, data, batch_size) if oracle else None,
             )
         return self.base_target_scores[key]
 
@@ -413,7 +434,10 @@ def adapt_and_evaluate(
     scored_old = lambda m: score(
         m, old_set, old_vocab=old_vocab, pad_id=pad, batch_size=budget.eval_batch_size, at=kept
     )
-    at_init = scored(model, target_set)
+    init_key = (base.fingerprint, data.fingerprint(), planned.init, seed, budget.eval_batch_size)
+    if init_key not in session.init_scores:
+        session.init_scores[init_key] = scored(model, target_set)
+    at_init = session.init_scores[init_key]
     stages = stages_of(data)
     if data.stages:
         matrix += stage_row(0, model, stages, tokenizer, base.max_length, scored_old, scored)
@@ -481,13 +505,25 @@ def adapt_and_evaluate(
         target_bytes=sum(len(e.completion.encode()) for e in data.target_test),
         exact_match=data.exact_match,
     )
-    oracle = data.target_oracle
+    adapted_oracle = None
+    if data.target_oracle:
+        oracle_set = encode_examples(tokenizer, data.target_oracle, base.max_length)
+        # the base's hidden states serve only where the expanded tokenizer reads the oracle text as the base's does
+        reuse = method.frozen_backbone and oracle_set == session.oracle_encoded(base, data)
+        adapted_oracle = score(
+            model,
+            oracle_set,
+            old_vocab=old_vocab,
+            pad_id=pad,
+            batch_size=budget.eval_batch_size,
+            at=session.oracle_positions(base, data, budget.eval_batch_size) if reuse else None,
+        )
     values.update(
         reference_metrics(
             target=target,
             no_learning=base_target,
             oracle=base_oracle,
-            adapted_oracle=scored(model, encode_examples(tokenizer, oracle, base.max_length)) if oracle else None,
+            adapted_oracle=adapted_oracle,
             target_bytes=sum(len(e.completion.encode()) for e in data.target_test),
         )
     )
@@ -576,6 +612,11 @@ def evaluation_noise(target: Scores, old: Scores, base_old: Scores) -> dict[str,
     }
 
 
+def per_example(scores: Scores) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-example Σ NLL and scored positions under the old softmax: what a bootstrap resamples."""
+    return scores.example_nll_old, scores.example_n_old
+
+
 def reference_metrics(
     *, target: Scores, no_learning: Scores, oracle: Scores | None, adapted_oracle: Scores | None, target_bytes: int
 ) -> dict[str, float]:
@@ -597,9 +638,13 @@ def reference_metrics(
         closed = M.gap_closed(target.loss_old, no_learning.loss_old, oracle.loss_old) if alike else math.nan
         if math.isfinite(closed):  # NaN: the oracle is no better than learning nothing, no gap to close
             values["gap_closed"] = closed
+            closed_se = M.bootstrap_gap_closed_se(*(per_example(s) for s in (target, no_learning, oracle)))
+            if math.isfinite(closed_se):  # NaN: some resample had no gap, the ratio has no finite spread
+                values["gap_closed_se"] = closed_se
     if adapted_oracle is not None:
         values["target_loss_oracle_adapted"] = adapted_oracle.loss_old
         values["word_gap"] = target.loss_old - adapted_oracle.loss_old
+        values["word_gap_se"] = M.bootstrap_se(*per_example(target), *per_example(adapted_oracle))
     return values
 
 

@@ -1,4 +1,6 @@
-"""A frozen backbone's evaluation on old text reuses the base's hidden states: same numbers, no forward pass."""
+"""Evaluation without repeated work: a frozen backbone's scores on old text and on the oracle text reuse
+the base's hidden states, and the at-init target scores are made once per (base, data, init, seed):
+the same numbers, fewer forward passes."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import dataclasses
 import pytest
 from test_methods import FROZEN_BACKBONE, tiny_base, tiny_data, tiny_plan
 
+from clbench.data import Example
 from clbench.method import methods
 from clbench.protocol import Session, adapt_and_evaluate
 from clbench.taskspec import Budget
@@ -14,7 +17,14 @@ from clbench.taskspec import Budget
 TIMING = {"train_seconds", "tokens_per_second", "peak_mem_mb"}  # measured, not computed: they vary run to run
 
 
-def evaluate(name: str, tied: bool, *, reuse: bool) -> tuple[dict, int]:
+def with_oracle():
+    """tiny_data with each `<spec>` read as what it stands for, `*`."""
+    data = tiny_data()
+    oracle = [Example(e.prompt.replace("<spec>", "*"), e.completion, e.group) for e in data.target_test]
+    return dataclasses.replace(data, target_oracle=oracle)
+
+
+def evaluate(name: str, tied: bool, *, reuse: bool, data=None, session=None) -> tuple[dict, int]:
     """→ (metrics, decoder forward passes made on the adapted model)."""
     spec = dataclasses.replace(methods().get(name), frozen_backbone=reuse)
     calls = []
@@ -25,9 +35,9 @@ def evaluate(name: str, tied: bool, *, reuse: bool) -> tuple[dict, int]:
 
     budget = Budget(n_train=6, steps=3, batch_size=4, eval_batch_size=2)
     values = adapt_and_evaluate(
-        tiny_plan(tiny_base(tied), tiny_data(), spec.config(), budget),
+        tiny_plan(tiny_base(tied), data or tiny_data(), spec.config(), budget),
         method=dataclasses.replace(spec, setup=setup),
-        session=Session(),
+        session=session or Session(),
     ).values
     return values, len(calls)
 
@@ -40,3 +50,24 @@ def test_reusing_the_bases_old_text_positions_changes_no_metric(name, tied):
     assert {k: v for k, v in reused.items() if k not in TIMING} == {k: v for k, v in fresh.items() if k not in TIMING}
     # 3 old texts at eval batch 2: two decoder passes the reuse skips (training and targets run as before)
     assert fresh_calls - reused_calls == 2
+
+
+@pytest.mark.parametrize("name", sorted(FROZEN_BACKBONE))
+def test_reusing_the_bases_oracle_positions_changes_no_metric(name):
+    fresh, fresh_calls = evaluate(name, True, reuse=False, data=with_oracle())
+    reused, reused_calls = evaluate(name, True, reuse=True, data=with_oracle())
+    assert "target_loss_oracle_adapted" in fresh
+    assert {k: v for k, v in reused.items() if k not in TIMING} == {k: v for k, v in fresh.items() if k not in TIMING}
+    # two passes each over 3 old texts and 3 oracle prompts at eval batch 2
+    assert fresh_calls - reused_calls == 4
+
+
+def test_the_at_init_scores_are_made_once_per_seed_and_shared_by_methods():
+    session = Session()
+    shared = {name: evaluate(name, True, reuse=True, session=session)[0] for name in ("et", "fft", "lora")}
+    alone = {name: evaluate(name, True, reuse=True)[0] for name in ("et", "fft", "lora")}
+    assert len(session.init_scores) == 1
+    for name in shared:
+        assert {k: v for k, v in shared[name].items() if k not in TIMING} == {
+            k: v for k, v in alone[name].items() if k not in TIMING
+        }

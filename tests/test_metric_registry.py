@@ -88,7 +88,7 @@ def test_directions_are_the_ones_before_the_registry():
         "meaning_recall_at_s",
         "meaning_words_scored",
     }
-    assert len(M.METRICS.names()) == 29 + 13 + 3
+    assert len(M.METRICS.names()) == 29 + 13 + 3 + 2  # + gap_closed_se, word_gap_se
 
 
 def test_a_family_member_inherits_its_familys_declaration():

@@ -61,8 +61,11 @@ def test_every_run_stores_its_references(tiny_cli, tmp_path, monkeypatch):
 
 
 def scores(n_old, n_full, loss=2.0):
+    """Two examples alike: every bootstrap resample has the same loss, so every *_se is 0."""
     hits = torch.tensor([True, False])
-    return type("S", (), {"n_old": n_old, "n_full": n_full, "loss_old": loss, "top1_old": hits})()
+    half = torch.tensor([n_old / 2, n_old / 2], dtype=torch.float64)
+    fields = {"n_old": n_old, "n_full": n_full, "loss_old": loss, "top1_old": hits}
+    return type("S", (), fields | {"example_nll_old": loss * half, "example_n_old": half})()
 
 
 def test_references_where_the_task_knows_the_meaning():
@@ -81,8 +84,10 @@ def test_references_where_the_task_knows_the_meaning():
         "target_loss_oracle": 2.0,
         "target_top1_oracle": 0.5,
         "gap_closed": 0.5,
+        "gap_closed_se": 0.0,
         "target_loss_oracle_adapted": 2.5,
         "word_gap": 0.5,
+        "word_gap_se": 0.0,
     }
 
 
@@ -103,3 +108,18 @@ def test_bootstrap_se_is_the_standard_error_of_a_mean_and_zero_for_a_paired_copy
     assert M.bootstrap_se(x, ones, x, ones) == 0.0  # forgetting of an unchanged model has no noise
     assert M.bootstrap_se(torch.full((50,), 3.0), torch.full((50,), 2)) == 0.0
     assert math.isnan(M.bootstrap_se(x[:1], ones[:1]))
+
+
+def test_gap_closed_se_resamples_the_three_losses_together():
+    x = torch.linspace(1, 3, 400, dtype=torch.float64)  # per-example difficulty, shared by all three
+    ones = torch.ones(400, dtype=torch.float64)
+    # a method halfway between learning nothing (x + 1) and the oracle (x) on every example closes half
+    # the gap on every resample: no noise left, though its own loss varies as much as x does
+    assert M.bootstrap_gap_closed_se((x + 0.5, ones), (x + 1, ones), (x, ones)) < 1e-15  # float64 rounding
+    assert M.bootstrap_se(x + 0.5, ones) > 0.02
+    # a share that varies by example, 0.25 or 0.75 alternately: the SE of its mean over 400 (0.25 / 20)
+    share = torch.tensor([0.25, 0.75] * 200, dtype=torch.float64)
+    se = M.bootstrap_gap_closed_se((x + 1 - share, ones), (x + 1, ones), (x, ones))
+    assert se == pytest.approx(float(share.std()) / 20, rel=0.06)
+    # a resample with no gap to close has no finite ratio
+    assert math.isnan(M.bootstrap_gap_closed_se((x, ones), (x, ones), (x, ones)))
