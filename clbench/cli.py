@@ -212,6 +212,21 @@ def build_parser() -> Parser:
     lm_eval.add_argument("--db", **db)
     lm_eval.add_argument("--task-dir", **task_dir)
 
+    export = commands.add_parser("export", help="write one self-describing record per run (Parquet or JSON Lines)")
+    export.add_argument("--format", default="parquet", choices=["parquet", "jsonl"], help="default: parquet")
+    export.add_argument("--out", type=Path, help="output file (default: clbench-results.parquet or .jsonl here)")
+    export.add_argument("--db", **db)
+    export.add_argument("--task", help="only these tasks, comma-separated")
+    export.add_argument("--method", help="only these methods, comma-separated")
+
+    push = commands.add_parser("push", help="export every run as Parquet to a Hugging Face hub dataset")
+    push.add_argument("--repo", required=True, metavar="ORG/NAME", help="the dataset repo (created if missing)")
+    push.add_argument("--db", **db)
+    push.add_argument("--private", action="store_true", help="create the repo private (an existing one keeps its)")
+    push.add_argument(
+        "--token-env", metavar="NAME", help="read the hub token from $NAME (default: HF_TOKEN or a saved login)"
+    )
+
     base = commands.add_parser("build-base", help="build (or rebuild with --force) the local arithmetic base model")
     base.add_argument("--force", action="store_true")
     return parser
@@ -451,6 +466,26 @@ def cmd_leaderboard(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from clbench.export import export
+
+    out = args.out or Path(f"clbench-results.{args.format}")
+    split = lambda names: names.split(",") if names else None
+    runs = export(args.db, out, args.format, tasks=split(args.task), methods=split(args.method))
+    print(f"wrote {runs} runs to {out}")
+    return 0
+
+
+def cmd_push(args) -> int:
+    from clbench.export import push
+
+    token = os.environ.get(args.token_env) if args.token_env else None
+    if args.token_env and not token:
+        raise ClbenchError(f"--token-env {args.token_env}: ${args.token_env} is not set")
+    print(f"pushed to {push(args.db, args.repo, private=args.private, token=token)}")
+    return 0
+
+
 def cmd_build_base(args) -> int:
     from clbench.arith_llama import load_or_build
 
@@ -587,6 +622,8 @@ COMMANDS = {
     "explain": cmd_explain,
     "leaderboard": cmd_leaderboard,
     "lm-eval": cmd_lm_eval,
+    "export": cmd_export,
+    "push": cmd_push,
 }
 
 

@@ -37,9 +37,10 @@ from clbench.errors import ClbenchError
 from clbench.faults import fault_point
 from clbench.owner import Owner
 
-# the runs reported as results: a tuning run (config.split = 'validation') is scored on validation
-# data and never reported; runs from before the split existed scored the test sets
-REPORTED = "coalesce(json_extract_string(config, '$.split'), 'test') = 'test'"
+# the split a run scored: a tuning run (config.split = 'validation') is scored on validation data and
+# never reported; runs from before the split existed scored the test sets
+SPLIT = "coalesce(json_extract_string(config, '$.split'), 'test')"
+REPORTED = f"{SPLIT} = 'test'"  # the runs reported as results
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS runs (
