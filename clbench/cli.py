@@ -201,6 +201,13 @@ def build_parser() -> Parser:
         "--out", type=Path, default=Path("leaderboard/out"), help="output folder (default: leaderboard/out)"
     )
 
+    report = commands.add_parser(
+        "report", help="--paper: the paper's three tables beside clbench's results (Markdown)"
+    )
+    report.add_argument("--paper", action="store_true", help="the paper's tables (the one report so far)")
+    report.add_argument("--db", **db)
+    report.add_argument("--out", type=Path, help="write the Markdown to this file (default: print it)")
+
     lm_eval = commands.add_parser(
         "lm-eval", help="score a finished run's base and adapted model with lm-eval tasks (rebuilds the run)"
     )
@@ -486,6 +493,16 @@ def cmd_push(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from clbench.paper import report
+
+    if not args.paper:
+        raise ClbenchError("report: say which report; the one so far is --paper")
+    text = report(args.db, args.out)
+    print(f"wrote {args.out}" if args.out else text)
+    return 0
+
+
 def cmd_build_base(args) -> int:
     from clbench.arith_llama import load_or_build
 
@@ -621,6 +638,7 @@ COMMANDS = {
     "tune": cmd_tune,
     "explain": cmd_explain,
     "leaderboard": cmd_leaderboard,
+    "report": cmd_report,
     "lm-eval": cmd_lm_eval,
     "export": cmd_export,
     "push": cmd_push,

@@ -557,7 +557,7 @@ def build(db: str | Path, out: str | Path) -> Path:
         db=esc(db),
         overview=overview_table(table, tasks) if tasks else "<p>No finished runs.</p>",
         legend=legend,
-        sections="".join(sections) or "<p>No finished runs.</p>",
+        sections=("".join(sections) or "<p>No finished runs.</p>") + paper_section(values),
         provenance=provenance_table(provenance, {r: a for a, r in index_rows}),
         kept_out=kept_out_table(kept_out),
     )
@@ -578,6 +578,13 @@ def build(db: str | Path, out: str | Path) -> Path:
     )
     table.sort_values(KEY + ["metric"]).to_csv(out / "leaderboard.csv", index=False)
     return out
+
+
+def paper_section(values: pd.DataFrame) -> str:
+    """The paper's three tables beside these results (clbench/paper.py), after the per-task sections."""
+    from clbench.paper import html_section  # clbench.paper imports this module
+
+    return html_section(values)
 
 
 def writable(out: Path) -> None:

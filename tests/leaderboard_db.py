@@ -23,6 +23,8 @@ def record(
     reason: str | None = None,
     lr: float = 0.01,
     params: dict | None = None,
+    profile: str | None = None,
+    split: str | None = None,
 ) -> None:
     config = {
         "task": task,
@@ -31,9 +33,10 @@ def record(
         "model": model,
         "method_config": {"lr": lr},
         "init": "random",
-        "profile": None,
+        "profile": profile,
         "seed": seed,
         **({"params": params} if params is not None else {}),
+        **({"split": split} if split is not None else {}),
     }
     store.record(
         {

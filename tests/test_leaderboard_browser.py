@@ -62,6 +62,7 @@ def test_page_renders_sorts_links_provenance_and_keeps_the_injected_name_inert(b
         "Overview",
         EVIL,
         "arith",
+        "The paper's tables",
         "Metrics",
         "Provenance",
         "Failed or partial runs (not in the tables)",
@@ -113,7 +114,12 @@ def test_overview_comes_first_and_a_wide_tables_first_columns_stay_while_it_scro
     browser.set_window_size(640, 1200)  # narrower than the words table: it must scroll sideways
     browser.get((out / "index.html").as_uri())
 
-    assert [h.text for h in browser.find_elements("tag name", "h2")][:3] == ["Overview", "words", "Metrics"]
+    assert [h.text for h in browser.find_elements("tag name", "h2")][:4] == [
+        "Overview",
+        "words",
+        "The paper's tables",
+        "Metrics",
+    ]
     overview = browser.find_element("css selector", "table.overview")
     section = browser.find_element("tag name", "section")
     assert overview.location["y"] < section.location["y"]

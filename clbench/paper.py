@@ -1,0 +1,402 @@
+"""The paper's three tables beside clbench's results: `clbench report --paper [--db DB] [--out FILE.md]`.
+
+*Memory as a Markov Matrix* (ICML 2026) publishes one table per task family; TABLES holds its numbers, its
+model and scale, once. A row of a comparison is one (task, model, profile, n_train) and method, from the
+leaderboard's run groups (leaderboard.KEY), so runs of different profiles are never pooled. Absolute numbers are
+not comparable across models and scales; a verdict is about a direction only: the sign of a method's difference
+to the reference method (ET) in the paper against clbench's on the same rows, tested over seeds with Welch's t
+(clbench/stats.py). The leaderboard page carries the same tables (html_section).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from clbench.errors import ClbenchError
+from clbench.leaderboard import esc, fmt, fmt_ci, fmt_lr, load, md
+from clbench.stats import LEVEL, finite, mean_ci, welch_p
+from clbench.store import Store
+
+REFERENCE = "et"  # every claim of the paper's tables compares a method with ET
+HOLDS, REVERSED, NOT_SIGNIFICANT, NOT_RUN = "direction holds", "reversed", "not significant", "not run"
+ONE_SEED = f"{NOT_SIGNIFICANT} (one seed, untested)"
+NO_CLAIM = "—"  # the paper publishes no pair of numbers to take a direction from
+PAPER_SCALE = "paper scale (GPU)"
+CPU_SCALE = "CPU scale"
+PAPER = "Memory as a Markov Matrix: Sample Efficient Knowledge Expansion via Token-to-Dictionary Mapping (ICML 2026)"
+
+
+@dataclass(frozen=True)
+class BaseNumber:
+    """A number the paper gives for the base model: no verdict, only clbench's counterpart beside it."""
+
+    label: str
+    value: float
+    metric: str | None  # clbench's counterpart (a property of the base, the same in every run); None: not measured
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Table:
+    number: int
+    title: str
+    model: str  # the paper's model, as clbench's `--profile paper` names it
+    scale: str
+    tasks: tuple[str, ...]  # the clbench tasks that redo it
+    methods: tuple[str, ...]  # its methods, in its order
+    metrics: dict[str, str]  # clbench metric → the paper's column it is compared with
+    published: dict[str, dict[str, dict[str, float]]]  # task → method → metric → the paper's number
+    shown: tuple[str, ...] = ()  # clbench-only columns: numbers, no paper value, no verdict
+    base: dict[str, tuple[BaseNumber, ...]] = field(default_factory=dict)  # task → the paper's base-model numbers
+    note: str = ""
+
+
+# The paper's numbers in clbench's units: accuracies as fractions (the paper's % / 100), losses in nats per token.
+TABLES = (
+    Table(
+        number=1,
+        title="Arithmetic: a new operator, a <spec> b = a*b",
+        model="meta-llama/Llama-3.2-3B",
+        scale="the paper's set-up (clbench: `--profile paper`)",
+        tasks=("arithmetic",),
+        methods=("et", "fft"),
+        metrics={
+            "target_acc": "<spec> accuracy",
+            "old_skill_acc": "addition accuracy after training",
+            "old_skill_acc_delta": "addition accuracy, after − before",
+        },
+        published={
+            "arithmetic": {
+                "et": {"target_acc": 0.814, "old_skill_acc": 1.0, "old_skill_acc_delta": 0.0},
+                "fft": {"target_acc": 0.772, "old_skill_acc": 0.0, "old_skill_acc_delta": -1.0},
+            }
+        },
+        base={
+            "arithmetic": (
+                BaseNumber(
+                    "accuracy on a*b",
+                    0.635,
+                    None,
+                    "not measured by clbench (target_top1_oracle scores only the first completion token)",
+                ),
+                BaseNumber("addition accuracy", 1.0, "old_skill_acc_base"),
+            )
+        },
+    ),
+    Table(
+        number=2,
+        title="Pseudo-words: invented words standing for English words",
+        model="meta-llama/Llama-3.1-8B",
+        scale="N = 1000 training sentences, 100 pseudo-words, WikiText-103 (clbench: `--profile paper`)",
+        tasks=("pseudowords",),
+        methods=("et", "fft", "lora", "pt"),
+        metrics={"target_loss": "test loss", "forgetting_oldvocab": "WikiText forgetting"},
+        shown=("forgetting_full",),
+        published={
+            "pseudowords": {
+                "et": {"target_loss": 2.42, "forgetting_oldvocab": 0.0},
+                "fft": {"target_loss": 4.40, "forgetting_oldvocab": 1.24},
+                "lora": {"target_loss": 7.63, "forgetting_oldvocab": 8.36},
+                "pt": {"target_loss": 3.79, "forgetting_oldvocab": 0.69},
+            }
+        },
+        base={"pseudowords": (BaseNumber("WikiText loss", 2.42, "old_loss_base"),)},
+        note=(
+            "The paper's forgetting is compared with forgetting_oldvocab (old-vocabulary softmax), under which "
+            "ET's forgetting is 0 by construction, as the paper's is; forgetting_full (the softmax over old and "
+            "new tokens) is shown beside it without a paper number or verdict."
+        ),
+    ),
+    Table(
+        number=3,
+        title="Cross-lingual vocabulary expansion",
+        model="Qwen/Qwen2.5-3B",
+        scale="the paper's set-up (clbench: `--profile paper`)",
+        tasks=("xling-es", "xling-ar", "xling-de"),
+        methods=("et", "fft"),
+        metrics={"target_loss": "loss", "forgetting_oldvocab": "English forgetting"},
+        shown=("forgetting_full",),
+        published={
+            "xling-es": {
+                "et": {"target_loss": 2.30, "forgetting_oldvocab": -0.04},
+                "fft": {"target_loss": 5.56, "forgetting_oldvocab": 9.83},
+            },
+            "xling-ar": {"et": {"target_loss": 2.82, "forgetting_oldvocab": 0.0}},
+        },
+        note=(
+            "The paper publishes FFT for Spanish only and nothing for German (xling-de): those cells have no "
+            "direction to test. Its forgetting is compared with forgetting_oldvocab; forgetting_full is shown "
+            "beside it without a paper number or verdict."
+        ),
+    ),
+)
+
+HEADER = (
+    f"Published numbers of *{PAPER}* beside clbench's results. Absolute numbers are not comparable across "
+    "models and scales (clbench's CPU-scale rows use small offline models): they are shown side by side, and the "
+    "verdicts are about directions only. A verdict takes the sign of a method's difference to et in the paper "
+    "and compares it with clbench's difference between the same two methods on the same (task, model, profile, "
+    f"n_train), over seeds with Welch's t-test (p < {1 - LEVEL:.2g}): **{HOLDS}**: clbench's difference has "
+    f"the paper's sign and is significant; **{REVERSED}**: the opposite sign, significant; **{NOT_SIGNIFICANT}**: "
+    f"p ≥ {1 - LEVEL:.2g}, or one seed on either side (untested); **{NOT_RUN}**: no finished run of one of the "
+    f"two methods; {NO_CLAIM}: the paper gives no pair of numbers. Scale: {PAPER_SCALE} for `--profile paper` "
+    f"rows, {CPU_SCALE} for `--profile cpu` and the task's default; runs of different profiles are never pooled. "
+    "clbench cells: mean ± half-width of the 95 % confidence interval over seeds (no ± with one seed). "
+    "Accuracies are fractions (the paper's % / 100). Only reported runs count (tuning runs on the validation "
+    "split never do)."
+)
+
+
+# ---------------------------------------------------------------- verdicts (pure)
+
+
+def paper_sign(value: float | None, reference: float | None) -> int | None:
+    """The sign of the paper's (method − reference) on a metric; None without both numbers or with equal ones."""
+    if value is None or reference is None or value == reference:
+        return None
+    return 1 if value > reference else -1
+
+
+def direction_verdict(values: Sequence[float], reference: Sequence[float], sign: int) -> str:
+    """clbench's seeds of a method and of the reference against the paper's sign of their difference."""
+    x, y = finite(values), finite(reference)
+    if len(x) == 0 or len(y) == 0:
+        return NOT_RUN
+    p = welch_p(x, y)
+    if p is None:
+        return ONE_SEED
+    if p >= 1 - LEVEL:
+        return NOT_SIGNIFICANT
+    return HOLDS if np.sign(x.mean() - y.mean()) == sign else REVERSED
+
+
+def verdict_cell(values: Sequence[float], reference: Sequence[float], sign: int | None) -> str:
+    """A verdict with Welch's p where one was computed; NO_CLAIM where the paper gives no direction."""
+    if sign is None:
+        return NO_CLAIM
+    text = direction_verdict(values, reference, sign)
+    p = welch_p(values, reference) if text != NOT_RUN else None
+    return text if p is None else f"{text} (p = {p:.2g})"
+
+
+def claims(table: Table) -> list[str]:
+    """The paper's directions, e.g. "xling-es target_loss: fft > et (5.56 vs 2.3)"."""
+    lines = []
+    for task, methods in table.published.items():
+        reference = methods.get(REFERENCE, {})
+        for method in table.methods:
+            for metric in table.metrics:
+                sign = paper_sign(methods.get(method, {}).get(metric), reference.get(metric))
+                if method != REFERENCE and sign is not None:
+                    relation = ">" if sign > 0 else "<"
+                    numbers = f"{fmt(methods[method][metric])} vs {fmt(reference[metric])}"
+                    lines.append(f"{task} {metric}: {method} {relation} {REFERENCE} ({numbers})")
+    return lines
+
+
+def scale(profile: str | None) -> str:
+    return PAPER_SCALE if profile == "paper" else CPU_SCALE
+
+
+# ---------------------------------------------------------------- comparison tables
+
+
+def with_profile(values: pd.DataFrame) -> pd.DataFrame:
+    """load()'s values with the profile each run used (its config's `profile`; "" for the task's default)."""
+    profiles = values.config.map(lambda c: json.loads(c).get("profile") or "") if len(values) else []
+    return values.assign(profile=profiles)
+
+
+def rows(table: Table, values: pd.DataFrame) -> pd.DataFrame:
+    """One row per (task, model, profile, n_train) × method run group of the table's tasks and methods; a
+    method the block lacks gets a row of "not run" cells, a task nobody ran one such row per method."""
+    out = []
+    for task in table.tasks:
+        part = values[(values.task == task) & values.method.isin(table.methods)]
+        if part.empty:
+            out += [
+                block_row(table, task, ("—", "", None), method, None, None, is_reference=method == REFERENCE)
+                for method in table.methods
+            ]
+            continue
+        for (model, profile, n_train), block in part.groupby(["model", "profile", "n_train"], dropna=False):
+            groups = dict(list(block.groupby(["method", "settings"], dropna=False)))
+            reference = pick_reference(groups)
+            for method in table.methods:
+                mine = sorted(k for k in groups if k[0] == method) or [None]
+                for key in mine:
+                    out.append(
+                        block_row(
+                            table,
+                            task,
+                            (model, profile, n_train),
+                            method,
+                            None if key is None else groups[key],
+                            None if reference is None else groups[reference],
+                            is_reference=method == REFERENCE and key == reference,
+                        )
+                    )
+    return pd.DataFrame(out)
+
+
+def pick_reference(groups: dict[tuple, pd.DataFrame]) -> tuple | None:
+    """The reference method's run group: of several (other lrs or settings), the one with most seeds, ties by settings."""
+    candidates = [k for k in groups if k[0] == REFERENCE]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda k: (-groups[k].run_id.nunique(), str(k[1])))
+
+
+def block_row(
+    table: Table,
+    task: str,
+    block: tuple,
+    method: str,
+    runs: pd.DataFrame | None,
+    reference: pd.DataFrame | None,
+    *,
+    is_reference: bool = False,
+) -> dict:
+    """One method's row of a (model, profile, n_train) block: per metric the paper's number, clbench's and the
+    verdict against the block's reference group; another group of the reference method has no direction."""
+    model, profile, n_train = block
+    published = table.published.get(task, {})
+    row = {
+        "task": task,
+        "model": model,
+        "profile": profile or ("—" if model == "—" else "default"),
+        "scale": "—" if model == "—" else scale(profile),
+        "n_train": "" if n_train is None or pd.isna(n_train) else str(int(n_train)),
+        "method": method,
+        "lr": "" if runs is None else fmt_lr(runs.lr.iloc[0]),
+        "seeds": "" if runs is None else ",".join(str(s) for s in sorted(runs.seed.unique())),
+    }
+    for metric in (*table.metrics, *table.shown):
+        mine = seed_values(runs, metric)
+        if metric in table.metrics:
+            paper = published.get(method, {}).get(metric)
+            row[f"{metric}: paper"] = "" if paper is None else fmt(paper)
+        row[f"{metric}: clbench"] = fmt_ci(*mean_ci(mine)) if len(mine) else NOT_RUN
+        if metric in table.metrics:
+            sign = paper_sign(paper, published.get(REFERENCE, {}).get(metric))
+            reference_values = seed_values(reference, metric)
+            if method == REFERENCE:
+                sign = None  # et against et: nothing the paper claims
+            row[f"{metric}: verdict"] = "(reference)" if is_reference else verdict_cell(mine, reference_values, sign)
+    return row
+
+
+def seed_values(runs: pd.DataFrame | None, metric: str) -> np.ndarray:
+    return np.array([]) if runs is None else finite(runs[runs.metric == metric].value)
+
+
+def base_rows(table: Table, values: pd.DataFrame) -> pd.DataFrame:
+    """The paper's base-model numbers beside clbench's mean of their counterpart per (task, model, profile)."""
+    out = []
+    for task, numbers in table.base.items():
+        part = values[values.task == task]
+        blocks = list(part.groupby(["model", "profile"], dropna=False)) if len(part) else [(("—", ""), part)]
+        for number in numbers:
+            for (model, profile), block in blocks:
+                found = finite(block[block.metric == number.metric].value) if number.metric else np.array([])
+                clbench = (fmt(found.mean()) if len(found) else NOT_RUN) if number.metric else number.note
+                out.append(
+                    {
+                        "task": task,
+                        "base model number": number.label,
+                        "paper": fmt(number.value),
+                        "clbench metric": number.metric or "—",
+                        "model": model,
+                        "profile": profile or ("—" if model == "—" else "default"),
+                        "clbench": clbench,
+                    }
+                )
+    return pd.DataFrame(out)
+
+
+def heading(table: Table) -> str:
+    return f"Table {table.number}: {table.title}"
+
+
+def intro(table: Table) -> list[str]:
+    compared = "; ".join(f"{metric} ↔ the paper's {column}" for metric, column in table.metrics.items())
+    lines = [
+        f"Paper: {table.model}, {table.scale}. clbench tasks: {', '.join(table.tasks)}.",
+        f"Compared: {compared}.",
+    ]
+    return lines + ([table.note] if table.note else [])
+
+
+# ---------------------------------------------------------------- output
+
+
+def markdown(values: pd.DataFrame, db: str | Path) -> str:
+    values = with_profile(values)
+    parts = ["# clbench against the paper's tables", "", HEADER, "", f"Results database: {md(db)}.", ""]
+    for table in TABLES:
+        parts += [f"## {prose(heading(table))}", ""]
+        parts += [" ".join(prose(line) for line in intro(table)), ""]
+        parts += ["The paper's directions (each method against et):", ""]
+        parts += [f"- {prose(line)}" for line in claims(table)] + [""]
+        parts += [md_table(rows(table, values)), ""]
+        if table.base:
+            parts += ["Base model (no verdict):", "", md_table(base_rows(table, values)), ""]
+    return "\n".join(parts)
+
+
+def prose(text: str) -> str:
+    """Markdown text of this module's own sentences: <, > and & escaped (Markdown renders inline HTML), quotes kept."""
+    return html.escape(text, quote=False)
+
+
+def md_table(frame: pd.DataFrame) -> str:
+    return frame.map(md).rename(columns=md).to_markdown(index=False)
+
+
+def html_section(values: pd.DataFrame) -> str:
+    """The same tables as one self-contained section of the leaderboard page, every string through `esc`."""
+    values = with_profile(values)
+    parts = [f'<section><h2 id="paper">The paper\'s tables</h2><p class="note">{html_prose(HEADER)}</p>']
+    for table in TABLES:
+        parts.append(f"<h3>{esc(heading(table))}</h3>")
+        parts += [f'<p class="note">{html_prose(line)}</p>' for line in intro(table)]
+        parts.append("<ul>" + "".join(f"<li>{esc(line)}</li>" for line in claims(table)) + "</ul>")
+        parts.append(f'<div class="scroll">{html_table(rows(table, values))}</div>')
+        if table.base:
+            parts.append(
+                f'<p class="note">Base model (no verdict):</p><div class="scroll">{html_table(base_rows(table, values))}</div>'
+            )
+    return "".join(parts) + "</section>"
+
+
+def html_prose(text: str) -> str:
+    """This module's Markdown sentences as HTML: escaped first, then `code` and **bold** marked up."""
+    text = re.sub(r"`([^`]+)`", r"<code>\1</code>", esc(text))
+    text = re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", text)
+    return re.sub(r"\*([^*]+)\*", r"<em>\1</em>", text)
+
+
+def html_table(frame: pd.DataFrame) -> str:
+    return frame.map(esc).rename(columns=esc).to_html(index=False, escape=False, border=0, classes="paper")
+
+
+def report(db: str | Path, out: str | Path | None = None) -> str:
+    """`clbench report --paper`: the Markdown, written to `out` if given; refused on a DB without finished runs."""
+    values = load(Store(db))[0]
+    if values.empty:
+        raise ClbenchError(f"results database {db} has no finished runs to compare with the paper")
+    text = markdown(values, db)
+    if out is not None:
+        try:
+            Path(out).write_text(text, encoding="utf-8")
+        except OSError as error:
+            raise ClbenchError(f"cannot write the report to {out}: {error.strerror or error}") from None
+    return text

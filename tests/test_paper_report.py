@@ -1,0 +1,225 @@
+"""`clbench report --paper` and the leaderboard's paper section, from a tiny results DB written through Store.record:
+the verdicts' exact strings, the table cells, profiles kept apart, tuning runs left out, one-line errors."""
+
+import math
+
+import pytest
+from leaderboard_db import EVIL, record
+
+from clbench.cli import main
+from clbench.leaderboard import build, load
+from clbench.paper import (
+    HOLDS,
+    NO_CLAIM,
+    NOT_RUN,
+    NOT_SIGNIFICANT,
+    ONE_SEED,
+    REVERSED,
+    TABLES,
+    claims,
+    direction_verdict,
+    paper_sign,
+    report,
+    rows,
+    verdict_cell,
+    with_profile,
+)
+from clbench.store import Store
+
+ET_ACC, FFT_ACC = [0.80, 0.82, 0.84], [0.60, 0.62, 0.58]
+
+
+def test_the_paper_sign_is_that_of_method_minus_et_and_absent_without_two_different_numbers():
+    assert paper_sign(0.772, 0.814) == -1  # Table 1: fft's <spec> accuracy below et's
+    assert paper_sign(4.40, 2.42) == 1  # Table 2: fft's test loss above et's
+    assert paper_sign(None, 2.82) is None and paper_sign(2.3, None) is None  # Table 3: no FFT for Arabic
+    assert paper_sign(0.0, 0.0) is None
+
+
+def test_each_verdict_from_seed_values():
+    assert direction_verdict(FFT_ACC, ET_ACC, -1) == HOLDS == "direction holds"
+    assert direction_verdict(FFT_ACC, ET_ACC, 1) == REVERSED == "reversed"
+    assert direction_verdict([3.0, 3.5, 2.6], [3.0, 3.1, 3.2], 1) == NOT_SIGNIFICANT == "not significant"
+    assert direction_verdict([4.0], [3.0, 3.1, 3.2], 1) == ONE_SEED == "not significant (one seed, untested)"
+    assert direction_verdict([], [3.0], 1) == direction_verdict([math.nan], [3.0], 1) == NOT_RUN == "not run"
+    # et's forgetting is 0 on every seed: a constant side is still tested (Welch's t against fft's spread)
+    assert direction_verdict([0.5, 0.6, 0.7], [0.0, 0.0, 0.0], 1) == HOLDS
+
+
+def test_a_verdict_cell_carries_welchs_p_where_one_was_computed():
+    # means 0.60 vs 0.82, both sd 0.02: t = 0.22 / √(2 · 0.02² / 3) = 13.47 on 4 df → p = 0.000176
+    assert verdict_cell(FFT_ACC, ET_ACC, -1) == "direction holds (p = 0.00018)"
+    assert verdict_cell(FFT_ACC, ET_ACC, 1) == "reversed (p = 0.00018)"
+    assert verdict_cell([4.0], [3.0, 3.1], 1) == ONE_SEED
+    assert verdict_cell([], [3.0, 3.1], 1) == NOT_RUN
+    assert verdict_cell(FFT_ACC, ET_ACC, None) == NO_CLAIM == "—"
+
+
+def test_the_claims_come_from_the_published_numbers():
+    assert claims(TABLES[2]) == [
+        "xling-es target_loss: fft > et (5.56 vs 2.3)",
+        "xling-es forgetting_oldvocab: fft > et (9.83 vs -0.04)",
+    ]
+    assert claims(TABLES[0])[0] == "arithmetic target_acc: fft < et (0.772 vs 0.814)"
+    assert len(claims(TABLES[1])) == 3 * 2  # fft, lora, pt against et on test loss and forgetting
+
+
+def paper_db(path) -> Store:
+    """arithmetic: fft below et on all three metrics (holds); pseudowords at --profile cpu: fft's loss below et's
+    (reversed), its forgetting above (holds), lora not significant, pt one seed, plus a tuning run that must not
+    count and a --profile paper et run of its own; xling-de (no paper numbers) with an injected model name."""
+    store = Store(path)
+    arith = {"et": [(a, 1.0, 0.0) for a in ET_ACC], "fft": list(zip(FFT_ACC, [0.30, 0.40, 0.35], [-0.7, -0.6, -0.65]))}
+    for method, seeds in arith.items():
+        for seed, (acc, skill, delta) in enumerate(seeds):
+            values = {
+                "target_acc": acc,
+                "old_skill_acc": skill,
+                "old_skill_acc_delta": delta,
+                "old_skill_acc_base": 1.0,
+            }
+            record(store, f"a-{method}{seed}", "arithmetic", method, "builtin:arith-llama", seed, values)
+    words = {
+        "et": [(3.0, 0.0, 0.2), (3.1, 0.0, 0.3), (3.2, 0.0, 0.4)],
+        "fft": [(2.0, 0.5, 0.5), (2.1, 0.6, 0.6), (2.2, 0.7, 0.7)],
+        "lora": [(3.0, 0.1, 0.1), (3.5, 0.1, 0.2), (2.6, 0.2, 0.2)],
+        "pt": [(4.0, 0.3, 5.0)],
+    }
+    small = "builtin:smollm2-135m"
+    for method, seeds in words.items():
+        for seed, (loss, fo, ff) in enumerate(seeds):
+            values = {"target_loss": loss, "forgetting_oldvocab": fo, "forgetting_full": ff, "old_loss_base": 3.5}
+            record(store, f"w-{method}{seed}", "pseudowords", method, small, seed, values, profile="cpu", n_train=256)
+    tune = {"target_loss": 99.0, "forgetting_oldvocab": 99.0}
+    record(store, "w-tune", "pseudowords", "fft", small, 3, tune, profile="cpu", n_train=256, split="validation")
+    paper = {"target_loss": 2.5, "forgetting_oldvocab": 0.0, "old_loss_base": 2.4}
+    record(store, "w-paper", "pseudowords", "et", "meta-llama/Llama-3.1-8B", 0, paper, profile="paper", n_train=1000)
+    for method, loss in (("et", 2.0), ("fft", 2.5)):
+        record(store, f"de-{method}", "xling-de", method, EVIL, 0, {"target_loss": loss, "forgetting_oldvocab": 0.0})
+    return store
+
+
+@pytest.fixture
+def values(tmp_path):
+    return with_profile(load(paper_db(tmp_path / "r.duckdb"))[0])
+
+
+def cells(frame, columns):
+    return [tuple(r) for r in frame[columns].itertuples(index=False)]
+
+
+def test_arithmetic_rows_put_the_papers_numbers_beside_clbenchs_with_verdicts(values):
+    table = rows(TABLES[0], values)
+    assert cells(table, ["model", "profile", "scale", "n_train", "method", "seeds"]) == [
+        ("builtin:arith-llama", "default", "CPU scale", "200", "et", "0,1,2"),
+        ("builtin:arith-llama", "default", "CPU scale", "200", "fft", "0,1,2"),
+    ]
+    assert cells(table, ["target_acc: paper", "target_acc: clbench", "target_acc: verdict"]) == [
+        ("0.814", "0.820 ± 0.050", "(reference)"),
+        ("0.772", "0.600 ± 0.050", "direction holds (p = 0.00018)"),
+    ]
+    assert cells(
+        table, ["old_skill_acc_delta: paper", "old_skill_acc_delta: clbench", "old_skill_acc_delta: verdict"]
+    ) == [
+        ("0", "0 ± 0", "(reference)"),
+        ("-1", "-0.65 ± 0.12", "direction holds (p = 0.002)"),
+    ]
+
+
+def test_pseudoword_rows_keep_profiles_apart_and_leave_tuning_runs_out(values):
+    table = rows(TABLES[1], values)
+    assert cells(table, ["model", "profile", "scale", "n_train", "method", "seeds"]) == [
+        ("builtin:smollm2-135m", "cpu", "CPU scale", "256", m, s)
+        for m, s in (("et", "0,1,2"), ("fft", "0,1,2"), ("lora", "0,1,2"), ("pt", "0"))
+    ] + [
+        ("meta-llama/Llama-3.1-8B", "paper", "paper scale (GPU)", "1000", m, "0" if m == "et" else "")
+        for m in ("et", "fft", "lora", "pt")
+    ]
+    assert cells(table, ["target_loss: paper", "target_loss: clbench", "target_loss: verdict"]) == [
+        ("2.42", "3.10 ± 0.25", "(reference)"),
+        ("4.4", "2.10 ± 0.25", "reversed (p = 0.00026)"),  # not 99: the validation-split run never counts
+        ("7.63", "3.0 ± 1.1", "not significant (p = 0.82)"),
+        ("3.79", "4", ONE_SEED),
+        ("2.42", "2.5", "(reference)"),
+        ("4.4", NOT_RUN, NOT_RUN),
+        ("7.63", NOT_RUN, NOT_RUN),
+        ("3.79", NOT_RUN, NOT_RUN),
+    ]
+    assert table["forgetting_oldvocab: verdict"].tolist()[:4] == [
+        "(reference)",
+        "direction holds (p = 0.0091)",
+        "not significant (p = 0.057)",
+        ONE_SEED,
+    ]
+    assert table["forgetting_full: clbench"].tolist()[:2] == ["0.30 ± 0.25", "0.60 ± 0.25"]  # shown, no verdict
+    assert "forgetting_full: verdict" not in table and "forgetting_full: paper" not in table
+
+
+def test_cross_lingual_rows_mark_tasks_not_run_and_cells_without_a_paper_claim(values):
+    table = rows(TABLES[2], values)
+    assert cells(
+        table, ["task", "model", "method", "target_loss: paper", "target_loss: clbench", "target_loss: verdict"]
+    ) == [
+        ("xling-es", "—", "et", "2.3", NOT_RUN, "(reference)"),
+        ("xling-es", "—", "fft", "5.56", NOT_RUN, NOT_RUN),
+        ("xling-ar", "—", "et", "2.82", NOT_RUN, "(reference)"),
+        ("xling-ar", "—", "fft", "", NOT_RUN, NO_CLAIM),  # the paper has no FFT for Arabic
+        ("xling-de", EVIL, "et", "", "2", "(reference)"),
+        ("xling-de", EVIL, "fft", "", "2.5", NO_CLAIM),
+    ]
+
+
+def test_report_writes_markdown_with_escaped_names_and_the_base_numbers(tmp_path, capsys):
+    paper_db(tmp_path / "r.duckdb")
+    out = tmp_path / "paper.md"
+    assert main(["report", "--paper", "--db", str(tmp_path / "r.duckdb"), "--out", str(out)]) == 0
+    assert capsys.readouterr().out == f"wrote {out}\n"
+    text = out.read_text()
+    assert text == report(tmp_path / "r.duckdb")
+    assert text.startswith("# clbench against the paper's tables\n\nPublished numbers of *Memory as a Markov Matrix")
+    assert "verdicts are about directions only" in text
+    assert "## Table 1: Arithmetic: a new operator, a &lt;spec&gt; b = a*b\n" in text
+    assert EVIL not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    base = text.split("## Table 2")[1].split("## Table 3")[0].split("Base model (no verdict):")[1]
+    assert (
+        "| pseudowords | WikiText loss       |    2.42 | old_loss_base    | builtin:smollm2-135m    | cpu       |       3.5 |"
+        in base
+    )
+    assert (
+        "| pseudowords | WikiText loss       |    2.42 | old_loss_base    | meta-llama/Llama-3.1-8B | paper     |       2.4 |"
+        in base
+    )
+
+
+def test_report_refuses_a_missing_or_empty_db_and_a_missing_flag_in_one_line(tmp_path, capsys):
+    missing = tmp_path / "none.duckdb"
+    assert main(["report", "--paper", "--db", str(missing)]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"clbench: error: results database {missing} does not exist (run `clbench run` first)\n"
+    )
+    empty = tmp_path / "empty.duckdb"
+    record(Store(empty), "failed", "arithmetic", "et", "tiny", 0, {}, status="failed", reason="diverged")
+    assert main(["report", "--paper", "--db", str(empty)]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"clbench: error: results database {empty} has no finished runs to compare with the paper\n"
+    )
+    assert main(["report", "--db", str(empty)]) == 2
+    assert capsys.readouterr().err == "clbench: error: report: say which report; the one so far is --paper\n"
+    paper_db(tmp_path / "r.duckdb")
+    assert main(["report", "--paper", "--db", str(tmp_path / "r.duckdb"), "--out", str(tmp_path / "no" / "x.md")]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"clbench: error: cannot write the report to {tmp_path / 'no' / 'x.md'}: No such file or directory\n"
+    )
+
+
+def test_leaderboard_page_carries_the_paper_section_after_the_tasks_and_before_the_legend(tmp_path):
+    paper_db(tmp_path / "r.duckdb")
+    page = (build(tmp_path / "r.duckdb", tmp_path / "out") / "index.html").read_text()
+    section = page.split('<h2 id="paper">')[1].split("</section>")[0]
+    assert page.rindex("<h2>xling-de</h2>") < page.index('<h2 id="paper">') < page.index('id="metrics"')
+    assert page.count("<script") == 1 and EVIL not in page
+    assert "<td>reversed (p = 0.00026)</td>" in section and "<td>&lt;script&gt;alert(1)&lt;/script&gt;</td>" in section
+    assert section.count("<h3>Table ") == 3 and "<code>--profile paper</code>" in section
