@@ -232,7 +232,7 @@ def fft_steps(model, tokenizer, examples: list[Example], steps: int, *, fused: b
             lr=1e-4,
             seed=0,
             pad_id=tokenizer.pad_token_id,
-            on_step=lambda step, loss: (losses.append(loss), ends.append(time.perf_counter())),
+            on_step=lambda step, loss, lr, grad_norm: (losses.append(loss), ends.append(time.perf_counter())),
         )
     finally:
         clbench.train.FUSED_ADAMW_DEVICES = devices

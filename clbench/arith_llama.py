@@ -67,7 +67,7 @@ def build(recipe: Recipe, log=print) -> tuple[LlamaForCausalLM, PreTrainedTokeni
     model = LlamaForCausalLM(config)
     examples = encode_examples(tokenizer, corpus(recipe), config.max_position_embeddings)
 
-    def progress(step: int, loss: float) -> None:
+    def progress(step: int, loss: float, lr: float, grad_norm: float) -> None:
         if (step + 1) % 250 == 0:
             log(f"  base model step {step + 1}/{recipe.steps}  loss {loss:.4f}")
 

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from clbench.errors import ClbenchError
+from clbench.live import TRACKERS, live_log
 
 DEFAULT_DB = "clbench-results.duckdb"
 
@@ -106,6 +107,17 @@ def build_parser() -> Parser:
         metavar="TASKS",
         help="also score base and adapted model in-process with these lm-eval tasks, "
         "e.g. clbench_old_text,clbench_old_skill (shipped, offline) or any lm-eval task name (online)",
+    )
+    run.add_argument(
+        "--log-samples",
+        action="store_true",
+        help="also store each target and old-text example's scores and first-position predictions (table samples); "
+        "not part of the run's config: a finished run is not rerun for them",
+    )
+    run.add_argument(
+        "--log",
+        choices=TRACKERS,
+        help="also send each run's training curves and metrics to this tracker as they come (its package must be installed)",
     )
 
     tune = commands.add_parser(
@@ -267,6 +279,7 @@ def cmd_run(args) -> int:
     if main:  # launched as several processes, only the main one touches the store (clbench/distributed.py)
         store.check()
     checker = lm_eval_checker(args.lm_eval) if args.lm_eval else None  # bad task names fail before any training
+    live = live_log(args.log) if args.log else None  # a tracker that is not installed fails before any training
     runs = [
         {
             "task": tasks.get(task_name),
@@ -297,6 +310,8 @@ def cmd_run(args) -> int:
                 store=store,
                 session=session,
                 **run,
+                log_samples=args.log_samples,
+                live=live,
                 on_adapted=(
                     lambda base, data, model, tokenizer, captured=captured: captured.update(
                         base=base, data=data, model=model, tokenizer=tokenizer

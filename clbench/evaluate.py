@@ -37,6 +37,9 @@ class Scores:
     example_n_old: torch.Tensor | None = None
     example_nll_full: torch.Tensor | None = None
     example_n_full: torch.Tensor | None = None
+    # per example: the argmax token id at its first completion position, old and full softmax (-1: none scored)
+    first_token_old: torch.Tensor | None = None
+    first_token_full: torch.Tensor | None = None
 
     @property
     def loss_old(self) -> float:
@@ -104,6 +107,7 @@ def score(
     nll_old = nll_full = 0.0
     n_old = n_full = 0
     correct_old, correct_full, example_of, position_old, position_full, is_old_all = [], [], [], [], [], []
+    argmax_old, argmax_full = [], []
     for h, targets, rows in positions(model, encoded, pad_id=pad_id, batch_size=batch_size) if at is None else at:
         # chunks of positions bound the [positions, |V|] logits (49k-152k vocabularies)
         for chunk in range(0, len(targets), POSITIONS_PER_CHUNK):
@@ -116,17 +120,21 @@ def score(
             n_old += int(is_old.sum())
             position_old.append(torch.where(is_old, nll, 0.0).cpu())
             is_old_all.append(is_old.cpu())
-            hit_old = logits_old.argmax(-1) == t_chunk
+            predicted_old = logits_old.argmax(-1)
+            hit_old = predicted_old == t_chunk
             if full_vocab > old_vocab:
                 logits_full = _head(model, h_chunk, None)
                 full = metrics.token_nll(logits_full, t_chunk)
                 nll_full += full.sum().item()
                 position_full.append(full.cpu())
-                hit_full = logits_full.argmax(-1) == t_chunk
+                predicted_full = logits_full.argmax(-1)
+                hit_full = predicted_full == t_chunk
             else:  # an unexpanded model: the full softmax is the old one, computed once
                 nll_full += nll.sum().item()
                 position_full.append(nll.cpu())
-                hit_full = hit_old
+                predicted_full, hit_full = predicted_old, hit_old
+            argmax_old.append(predicted_old.cpu())
+            argmax_full.append(predicted_full.cpu())
             n_full += len(t_chunk)
             correct_old.append(hit_old)
             correct_full.append(hit_full)
@@ -136,6 +144,8 @@ def score(
     correct_old = torch.cat(correct_old).cpu()
     per_example = lambda values: torch.zeros(len(encoded), dtype=values.dtype).index_add_(0, example_of, values)
     is_old = torch.cat(is_old_all)
+    first = metrics.first_position(example_of, len(encoded))
+    at_first = lambda predicted: torch.cat([torch.cat(predicted), torch.tensor([-1])])[first]
     return Scores(
         nll_old,
         n_old,
@@ -148,4 +158,6 @@ def score(
         per_example(is_old.long()),
         per_example(torch.cat(position_full)),
         per_example(torch.ones_like(is_old, dtype=torch.long)),
+        at_first(argmax_old),
+        at_first(argmax_full),
     )

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 from matplotlib import rc_context
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from clbench.errors import ClbenchError
 from clbench.metrics import headline, higher_is_better, lookup
@@ -380,6 +381,11 @@ def stage_matrix(store: Store) -> pd.DataFrame | None:
     return store.query("SELECT run_id, after_stage, eval_stage, metric, value FROM stage_matrix")
 
 
+def per_run_table(store: Store, name: str) -> pd.DataFrame | None:
+    """A table of per-run rows (curves, samples), if this database has it."""
+    return store.query(f"SELECT * FROM {name}") if has_table(store, name) else None
+
+
 def lm_eval_table(store: Store, values: pd.DataFrame, task: str) -> pd.DataFrame | None:
     """A task's lm-eval checks of finished runs: base, adapted and delta (mean ± 95 % CI) per row and lm-eval metric."""
     if not has_table(store, "lm_eval"):
@@ -512,6 +518,7 @@ def build(db: str | Path, out: str | Path) -> Path:
     tasks = sorted(table.task.unique())
     provenance = values.drop_duplicates("run_id").sort_values(KEY + ["seed"])
     matrix = stage_matrix(store)
+    curves, samples = per_run_table(store, "curves"), per_run_table(store, "samples")
 
     sections, md_sections, index_rows = [], [], []
     for t, task in enumerate(tasks):
@@ -531,6 +538,9 @@ def build(db: str | Path, out: str | Path) -> Path:
         ]
         if matrix is not None:
             plots += heatmaps(matrix, runs[runs.task == task], t)
+        task_runs = provenance[provenance.task == task]
+        if curves is not None:
+            plots.append(curves_plot(curves, task_runs, f"{t}-curves"))
         figures = "".join(f'<figure class="plot">{p}</figure>' for p in plots if p)
         cells = cells.drop(columns="task")  # the section heading names it
         checks, no_best = lm_eval_table(store, values, task), pd.DataFrame()
@@ -546,7 +556,8 @@ def build(db: str | Path, out: str | Path) -> Path:
         )
         board = html_table(cells, best, metrics, anchors, sticky=STICKY)
         sections.append(
-            f'<section><h2>{esc(task)}</h2><div class="scroll">{board}</div>{figures}{checks_html}</section>'
+            f'<section><h2>{esc(task)}</h2><div class="scroll">{board}</div>{figures}{checks_html}'
+            f"{examples_html(samples, task_runs) if samples is not None else ''}</section>"
         )
         md_sections.append(f"## {md(task)}\n\n{markdown_table(cells, best, metrics)}\n{checks_md}")
 
@@ -594,6 +605,110 @@ def writable(out: Path) -> None:
         tempfile.TemporaryFile(dir=out).close()
     except OSError as error:
         raise ClbenchError(f"cannot write the leaderboard to {out}: {error.strerror or error}") from None
+
+
+CURVES = {"loss": "training loss (task)", "grad_norm": "gradient norm (before clipping)", "lr": "learning rate"}
+CURVE_POINTS = 200  # a curve is drawn as at most this many bin means: every step of long runs would make MBs of SVG
+SHOWN_EXAMPLES = 3  # per run and set, in the examples section
+SHOWN_CHARACTERS = 120  # of an example's text
+
+
+def curves_plot(curves: pd.DataFrame, task_runs: pd.DataFrame, salt: str) -> str | None:
+    """A task's training curves, one panel per quantity: a faint line per run (seed) and the mean over
+    a row's seeds in bold, one colour per row. Steps run on through a sequential task's stages."""
+    runs, rows = table_rows(task_runs)
+    part = curves.merge(runs, on="run_id").sort_values(["run_id", "stage", "step"])
+    if part.empty:
+        return None
+    part["x"] = part.groupby("run_id").cumcount()
+    width = int(part.x.max()) + 1
+    part["bin"] = part.x * min(CURVE_POINTS, width) // width
+    binned = part.groupby(["row", "run_id", "bin"])[["x", *CURVES]].mean().reset_index()
+    with rc_context(SVG_STYLE):
+        fig = Figure(figsize=(5.2 * len(CURVES), 3.6))
+        axes = fig.subplots(1, len(CURVES))
+        for row, lines in binned.groupby("row"):
+            colour, label = f"C{row % 10}", rows.label[row]
+            mean = lines.groupby("bin")[["x", *CURVES]].mean()
+            for ax, column in zip(axes, CURVES):
+                for _, run in lines.groupby("run_id"):
+                    ax.plot(run.x, run[column], color=colour, alpha=0.25, lw=0.8)
+                ax.plot(mean.x, mean[column], color=colour, lw=1.6, label=label)
+        for ax, (column, name) in zip(axes, CURVES.items()):
+            if column != "loss":  # lrs and norms of different methods lie orders of magnitude apart
+                ax.set_yscale("log")
+                ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # default log labels are mathtext
+                ax.yaxis.set_minor_formatter(NullFormatter())
+            ax.set_xlabel("training step")
+            ax.set_ylabel(name)
+            ax.grid(alpha=0.3)
+        axes[0].legend(fontsize=6)
+        return svg(fig, salt)
+
+
+def table_rows(task_runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(run_id → row number, seed), and per row number its label (point_labels): a row is a KEY, as in the tables."""
+    runs = task_runs[["run_id", "seed", *KEY]].assign(row=task_runs.groupby(KEY, dropna=False, sort=True).ngroup())
+    rows = runs.drop_duplicates("row").sort_values("row").set_index("row")
+    return runs[["run_id", "seed", "row"]], rows.assign(label=point_labels(rows))
+
+
+def examples_html(samples: pd.DataFrame, task_runs: pd.DataFrame) -> str:
+    """Per run that stored samples (--log-samples): its most forgotten old-text examples (largest NLL
+    increase per token over the base, full softmax) and its worst target examples (highest NLL per
+    token, old softmax), SHOWN_EXAMPLES each."""
+    runs, rows = table_rows(task_runs)
+    part = samples.merge(runs, on="run_id").sort_values(["row", "seed", "run_id"])
+    if part.empty:
+        return ""
+    per_token = lambda nll, n: np.where(n > 0, nll / n.where(n > 0, 1), np.nan)
+    blocks = []
+    for run_id, run in part.groupby("run_id", sort=False):
+        old = run[run.eval_set == "old_text"]
+        old = old.assign(
+            **{
+                "Δ NLL/token (old softmax)": per_token(old.nll_old - old.base_nll_old, old.n_old),
+                "Δ NLL/token (full)": per_token(old.nll_full - old.base_nll_old, old.n_old),
+            }
+        )
+        target = run[run.eval_set == "target"]
+        target = target.assign(
+            **{
+                "NLL/token (old softmax)": per_token(target.nll_old, target.n_old),
+                "NLL/token (full)": per_token(target.nll_full, target.n_full),
+            }
+        )
+        tables = [
+            ("most forgotten old text", worst(old, "Δ NLL/token (full)", ["Δ NLL/token (old softmax)"])),
+            ("worst target examples", worst(target, "NLL/token (old softmax)", ["NLL/token (full)"])),
+        ]
+        title = f"{rows.label[run.row.iloc[0]]} · seed {run.seed.iloc[0]} · run {run_id}"
+        blocks.append(f"<h4>{esc(title)}</h4>" + "".join(f"<p>{esc(n)}</p>{t}" for n, t in tables if t))
+    return (
+        f'<details class="examples"><summary>Examples ({len(blocks)} runs with --log-samples)</summary>'
+        f"{''.join(blocks)}</details>"
+    )
+
+
+def worst(rows: pd.DataFrame, by: str, also: list[str]) -> str:
+    """The SHOWN_EXAMPLES rows highest in `by` (ties by example number) as an escaped HTML table; "" for none."""
+    if rows.empty:
+        return ""
+    top = rows.sort_values([by, "example"], ascending=[False, True], na_position="last").head(SHOWN_EXAMPLES)
+    text = lambda whole: whole[:SHOWN_CHARACTERS] + ("…" if len(whole) > SHOWN_CHARACTERS else "")
+    token = lambda t: "" if t is None or pd.isna(t) else json.dumps(t, ensure_ascii=False)  # quotes show spaces
+    shown = pd.DataFrame(
+        {
+            "example": top.example.astype(str),
+            "text": (top.prompt + top.completion).map(text),
+            by: top[by].map(fmt),
+            **{c: top[c].map(fmt) for c in also},
+            "expected": top.expected.map(token),
+            "predicted (old softmax)": top.prediction_old.map(token),
+            "predicted (full)": top.prediction_full.map(token),
+        }
+    )
+    return shown.map(esc).to_html(index=False, escape=False, border=0, classes="examples")
 
 
 def heatmaps(matrix: pd.DataFrame, task_runs: pd.DataFrame, t: int) -> list[str]:

@@ -209,7 +209,12 @@ register_metric("tokens_per_second", higher_is_better=True, definition="tokens_s
 register_metric(
     "peak_mem_mb",
     higher_is_better=False,
-    definition="peak memory: CUDA max allocated, or on CPU the process's resident high-water mark",
+    definition="CUDA runs: torch.cuda.max_memory_allocated (MiB) from the run's training start to the end of its evaluation, stats reset at the start; CPU runs recorded before peak_rss_increase_mb stored the process's resident high-water mark here, which carries earlier runs' peaks",
+)
+register_metric(
+    "peak_rss_increase_mb",
+    higher_is_better=False,
+    definition="CPU runs: the process's peak resident set (MiB), sampled every 50 ms from the run's training start to the end of its evaluation, minus its resident set at that start: what the run itself added (clbench/memory.py)",
 )
 register_metric(
     "target_bpb",
@@ -355,11 +360,16 @@ def first_match(correct: torch.Tensor, example_of: torch.Tensor, n_examples: int
     prompt) is right: a top-1 accuracy that varies where whole-completion exact match is always 0.
 
     correct [P] bool, example_of [P] example index of each position, positions of one example in order."""
+    first = first_position(example_of, n_examples)
+    return torch.cat([correct, torch.zeros(1, dtype=torch.bool)])[first]  # an example with no position: wrong
+
+
+def first_position(example_of: torch.Tensor, n_examples: int) -> torch.Tensor:
+    """Per example, the index of its first scored position in example_of; len(example_of) for one with none."""
     index = torch.arange(len(example_of))
-    first = torch.full((n_examples,), len(example_of), dtype=torch.long).scatter_reduce(
+    return torch.full((n_examples,), len(example_of), dtype=torch.long).scatter_reduce(
         0, example_of, index, reduce="amin"
     )
-    return torch.cat([correct, torch.zeros(1, dtype=torch.bool)])[first]  # an example with no position: wrong
 
 
 def bootstrap_se(

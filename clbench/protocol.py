@@ -15,7 +15,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import resource
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -25,15 +24,17 @@ import torch
 
 from clbench import cl_metrics, distributed
 from clbench import metrics as M
-from clbench.data import Encoded, Stage, TaskData, encode_examples, encode_texts
-from clbench.devices import resolve_device
+from clbench.data import Encoded, Example, Stage, TaskData, encode_examples, encode_texts
+from clbench.devices import input_device, resolve_device
 from clbench.errors import ClbenchError, DivergedError
 from clbench.evaluate import Positions, Scores, positions, score
 from clbench.expand import INIT_STRATEGIES, add_new_tokens, check_expansion, expand
 from clbench.explain import meaning_recovery, rows_file, save_new_rows
+from clbench.memory import PeakMemory
 from clbench.method import MethodSpec
 from clbench.models import Base, load_base
 from clbench.provenance import git_commit, versions
+from clbench.samples import example_rows
 from clbench.store import Claim, Store, now
 from clbench.taskspec import Budget, Task
 from clbench.train import TrainResult, train
@@ -174,12 +175,24 @@ class Plan:
 
 
 def run_one(
-    task: Task, method: MethodSpec, *, seed: int, store: Store, session: Session, on_adapted=None, **how
+    task: Task,
+    method: MethodSpec,
+    *,
+    seed: int,
+    store: Store,
+    session: Session,
+    on_adapted=None,
+    log_samples: bool = False,
+    live=None,
+    **how,
 ) -> Outcome:
     """Plan, then run unless finished or held by another live process; `how`: plan()'s options.
 
     on_adapted(base, data, adapted_model, tokenizer), if given, sees the adapted model in memory
-    after evaluation (lm-eval checks); it is not called for skipped or failed runs."""
+    after evaluation (lm-eval checks); it is not called for skipped or failed runs. log_samples: also
+    record per-example scores (the samples table); live: a clbench.live.LiveLog the training curves
+    go to as they come. Neither changes a result, so neither is in the config the run_id hashes
+    (plan() never sees them): a finished run is not rerun to add its samples."""
     planned = plan(task, method, seed=seed, session=session, **how)
     # launched as several processes, only the main one touches the store; its claim decides for all
     claim = distributed.main_decides(lambda: claim_unless_finished(store, planned.run_id))
@@ -196,15 +209,22 @@ def run_one(
     started = now()
     main = distributed.is_main()
     try:
-        with store.heartbeat(planned.run_id, claim.attempt) if main else contextlib.nullcontext():
+        with (
+            store.heartbeat(planned.run_id, claim.attempt) if main else contextlib.nullcontext(),
+            live.run(planned.run_id, planned.config) if live and main else contextlib.nullcontext() as tracked,
+        ):
             evaluated = adapt_and_evaluate(
                 planned,
                 method=method,
                 session=session,
                 rows_path=rows_file(planned.run_id) if main else None,
                 on_adapted=on_adapted,
+                log_samples=log_samples,
+                on_step=tracked.step if tracked else None,
             )
             evaluated.values.update(M.computed(task.metrics, evaluated.values))  # the task's own, from the others
+            if tracked:
+                tracked.result(evaluated.values)
         status, reason = "finished", None
     except DivergedError as error:
         evaluated, status, reason = Evaluated({}, []), "failed", str(error)
@@ -232,6 +252,8 @@ def run_one(
         evaluated.values,
         attempt=claim.attempt,
         stage_matrix=evaluated.matrix,
+        curves=evaluated.curves,
+        samples=evaluated.samples,
     )
     return Outcome(planned.run_id, status, evaluated.values, reason)
 
@@ -402,12 +424,22 @@ def stages_of(data: TaskData) -> list[Stage]:
 class Evaluated:
     values: dict[str, float]  # the run's metrics
     matrix: list[tuple]  # a sequential task's stage × task matrix (stage_row); empty for a plain task
+    curves: list[tuple] = ()  # (stage, step, loss, lr, grad_norm) per training step (the curves table)
+    samples: list[tuple] = ()  # per-example rows (clbench/samples.py), with log_samples only
 
 
 def adapt_and_evaluate(
-    planned: Plan, *, method: MethodSpec, session: Session, rows_path: Path | None = None, on_adapted=None
+    planned: Plan,
+    *,
+    method: MethodSpec,
+    session: Session,
+    rows_path: Path | None = None,
+    on_adapted=None,
+    log_samples: bool = False,
+    on_step: Callable[[int, float, float, float], None] | None = None,
 ) -> Evaluated:
-    """rows_path: where the learned new rows go (None: not kept); on_adapted: as in run_one."""
+    """rows_path: where the learned new rows go (None: not kept); on_adapted, log_samples: as in run_one;
+    on_step(step, loss, lr, grad_norm) after every training step, steps counted across stages."""
     base, data, budget, seed = planned.base, planned.data, planned.budget, planned.seed
     matrix: list[tuple] = []
     old_vocab, pad = len(base.tokenizer), base.tokenizer.pad_token_id
@@ -443,8 +475,7 @@ def adapt_and_evaluate(
         matrix += stage_row(0, model, stages, tokenizer, base.max_length, scored_old, scored)
 
     # 3. train under the task's budget, stage after stage; the method decides only what is trainable
-    if torch.cuda.is_available():
-        torch.cuda.reset_peak_memory_stats()
+    memory = PeakMemory(input_device(model))  # this run's peak, from here to the end of its evaluation
     results, trainable, first_new = [], 0, 0
     for number, stage in enumerate(stages, 1):
         adapter = setup(method, model, expansion.part(first_new, len(stage.new_tokens)), planned.method_config)
@@ -453,9 +484,13 @@ def adapt_and_evaluate(
         progress_every = max(1, budget.steps // 5)
         prefix = f"{stage.name} " if data.stages else ""
 
-        def progress(step: int, loss: float, every=progress_every, prefix=prefix) -> None:
+        def progress(
+            step, loss, lr, grad_norm, every=progress_every, prefix=prefix, before=(number - 1) * budget.steps
+        ):
             if (step + 1) % every == 0:
                 log(f"  {prefix}step {step + 1}/{budget.steps}  loss {loss:.4f}")
+            if on_step:
+                on_step(before + step, loss, lr, grad_norm)
 
         train_set = encode_examples(tokenizer, stage.train[: budget.n_train], base.max_length)
         if method.reads_old_text:  # the training_examples hook (clbench/method.py): old text (replay, ewc)
@@ -484,7 +519,7 @@ def adapt_and_evaluate(
         save_new_rows(rows_path, model, old_vocab, data.new_tokens, data.meaning, data.whole_word_tokens)
 
     # 4. evaluate the adapted model on the same data the base was scored on
-    target = scored(model, target_set)
+    target, old = scored(model, target_set), scored_old(model)
     result = TrainResult(
         sum(r.steps for r in results),
         results[-1].final_loss,
@@ -496,7 +531,7 @@ def adapt_and_evaluate(
         base_skill=base_skill,
         at_init=at_init,
         target=target,
-        old=scored_old(model),
+        old=old,
         skill=scored(model, skill_set),
         groups=[e.group for e in data.target_test],
         result=result,
@@ -504,6 +539,7 @@ def adapt_and_evaluate(
         base_target=base_target,
         target_bytes=sum(len(e.completion.encode()) for e in data.target_test),
         exact_match=data.exact_match,
+        memory=memory.metrics(),
     )
     adapted_oracle = None
     if data.target_oracle:
@@ -552,7 +588,14 @@ def adapt_and_evaluate(
             raise DivergedError(f"non-finite {name} ({values[name]}) after training")
     if on_adapted is not None:
         on_adapted(base, data, model, tokenizer)
-    return Evaluated(values, matrix)
+    curves = [(stage, step, *point) for stage, r in enumerate(results, 1) for step, point in enumerate(r.curve)]
+    samples = (
+        example_rows("target", data.target_test, target_set, target, tokenizer)
+        + example_rows("old_text", [Example("", t) for t in data.old_text], old_set, old, tokenizer, base_old)
+        if log_samples
+        else []
+    )
+    return Evaluated(values, matrix, curves, samples)
 
 
 def setup(method: MethodSpec, model, expansion, method_config):
@@ -648,12 +691,6 @@ def reference_metrics(
     return values
 
 
-def peak_memory_mb() -> float:
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
-
-
 def collect_metrics(
     *,
     base_old: Scores,
@@ -668,7 +705,9 @@ def collect_metrics(
     base_target: Scores | None = None,
     target_bytes: int = 0,
     exact_match: bool = True,
+    memory: dict[str, float] | None = None,
 ) -> dict[str, float]:
+    """memory: the run's memory metric (clbench/memory.py PeakMemory.metrics)."""
     values = {
         "target_loss": target.loss_old,
         "target_loss_full": target.loss_full,
@@ -682,7 +721,7 @@ def collect_metrics(
         "trainable_params": trainable,
         "tokens_seen": result.tokens_seen,
         "tokens_per_second": result.tokens_seen / result.seconds if result.seconds else float("nan"),
-        "peak_mem_mb": peak_memory_mb(),
+        **(memory or {}),
     }
     values.update(evaluation_noise(target, old, base_old))
     if target_bytes:

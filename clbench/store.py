@@ -1,10 +1,11 @@
-"""Results in DuckDB: one row per run, metrics in long form, and the `results` view.
+"""Results in DuckDB: one row per run, metrics in long form, and the `results` view; per run also its
+training curves (every step) and, with `--log-samples`, its per-example records.
 
 `results(run_id, task, method, model, seed, metric, value, status)` is the stable query surface.
 
 Reliability (README "Reliability"):
-- A run's row and its metrics are written in one transaction, so a reader never sees a finished
-  run without its metrics, and a process killed mid-write leaves nothing of that write.
+- A run's row, its metrics, curves and samples are written in one transaction, so a reader never sees
+  a finished run without them, and a process killed mid-write leaves nothing of that write.
 - DuckDB admits one writing process at a time: every access opens the file briefly and retries
   while another process holds the lock (up to LOCK_WAIT_SECONDS); reads open it read-only.
 - Before training, a run is claimed: an `attempts` row (run_id, attempt, outcome='running', host,
@@ -75,6 +76,33 @@ CREATE TABLE IF NOT EXISTS stage_matrix (
     metric VARCHAR NOT NULL,
     value DOUBLE,
     PRIMARY KEY (run_id, after_stage, eval_stage, metric)
+);
+-- every training step of a run: stage 1..n (a plain task has one), step 0.. within it
+CREATE TABLE IF NOT EXISTS curves (
+    run_id VARCHAR NOT NULL,
+    stage INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    loss DOUBLE,                  -- the task loss of the step's batch (a method's penalty not included)
+    lr DOUBLE,                    -- the learning rate the step's update used (warm-up, then cosine decay)
+    grad_norm DOUBLE,             -- the gradient's total norm before clipping (penalty included)
+    PRIMARY KEY (run_id, stage, step)
+);
+-- `clbench run --log-samples`: per target and old-text example (clbench/samples.py)
+CREATE TABLE IF NOT EXISTS samples (
+    run_id VARCHAR NOT NULL,
+    eval_set VARCHAR NOT NULL,    -- target | old_text
+    example INTEGER NOT NULL,     -- index in the set
+    prompt VARCHAR,               -- '' for old text
+    completion VARCHAR,           -- the scored text
+    nll_old DOUBLE,               -- Σ NLL over its old-vocabulary targets, old softmax
+    n_old INTEGER,
+    nll_full DOUBLE,              -- Σ NLL over all its scored positions, full softmax
+    n_full INTEGER,
+    base_nll_old DOUBLE,          -- old text: the base's nll_old on the same tokens; NULL for target
+    expected VARCHAR,             -- the token at the first completion position
+    prediction_old VARCHAR,       -- the adapted model's argmax there, old softmax
+    prediction_full VARCHAR,      -- and full softmax
+    PRIMARY KEY (run_id, eval_set, example)
 );
 CREATE TABLE IF NOT EXISTS attempts (
     run_id VARCHAR NOT NULL,
@@ -263,9 +291,15 @@ class Store:
             thread.join()
 
     def record(
-        self, run: dict, metrics: dict[str, float], attempt: int | None = None, stage_matrix: list[tuple] = ()
+        self,
+        run: dict,
+        metrics: dict[str, float],
+        attempt: int | None = None,
+        stage_matrix: list[tuple] = (),
+        curves: list[tuple] = (),
+        samples: list[tuple] = (),
     ) -> None:
-        """Insert or replace one run, its metrics and its stage matrix atomically.
+        """Insert or replace one run, its metrics, stage matrix, training curves and samples atomically.
 
         With `attempt` (from claim) the same transaction closes that attempt with the run's status,
         and nothing is written if this process no longer holds it."""
@@ -286,9 +320,8 @@ class Store:
                     "UPDATE attempts SET outcome = ?, ended_at = ? WHERE run_id = ? AND attempt = ?",
                     [run["status"], now(), run["run_id"], attempt],
                 )
-            db.execute("DELETE FROM metrics WHERE run_id = ?", [run["run_id"]])
-            db.execute("DELETE FROM stage_matrix WHERE run_id = ?", [run["run_id"]])
-            db.execute("DELETE FROM runs WHERE run_id = ?", [run["run_id"]])
+            for table in ("metrics", "stage_matrix", *PER_RUN, "runs"):
+                db.execute(f"DELETE FROM {table} WHERE run_id = ?", [run["run_id"]])
             db.execute(
                 f"INSERT INTO runs ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
                 [row[c] for c in columns],
@@ -302,6 +335,9 @@ class Store:
                 db.executemany(
                     "INSERT INTO stage_matrix VALUES (?, ?, ?, ?, ?)", [(run["run_id"], *row) for row in stage_matrix]
                 )
+            for table, rows in zip(PER_RUN, (curves, samples)):
+                if rows:
+                    insert_frame(db, table, run["run_id"], rows)
             fault_point("record")  # crash tests: SIGKILL here, mid-transaction
             db.execute("COMMIT")
 
@@ -346,6 +382,21 @@ class Store:
             raise ClbenchError(f"results database {self.path} does not exist (run `clbench run` first)")
         with self._connect(read_only=True) as db:
             return db.execute(sql, params or []).df()
+
+
+PER_RUN = ("curves", "samples")  # a run's rows of these tables, written with it in record()
+
+
+def insert_frame(db, table: str, run_id: str, rows: list[tuple]) -> None:
+    """rows (the table's columns after run_id) as one INSERT from a data frame: executemany costs a
+    statement per row, seconds for a run of thousands of steps."""
+    columns = [c for (c,) in db.execute(f"SELECT name FROM pragma_table_info('{table}') ORDER BY cid").fetchall()]
+    frame = pd.DataFrame.from_records(rows, columns=columns[1:]).assign(run_id=run_id)[columns]
+    db.register("frame", frame)
+    try:
+        db.execute(f"INSERT INTO {table} SELECT * FROM frame")
+    finally:
+        db.unregister("frame")
 
 
 def _columns(db) -> dict[str, set[str]]:

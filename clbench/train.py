@@ -28,6 +28,8 @@ class TrainResult:
     final_loss: float
     tokens_seen: int
     seconds: float
+    # per step (loss, lr, grad_norm): the task loss, the lr it stepped with, the gradient norm before clipping
+    curve: tuple[tuple[float, float, float], ...] = ()
 
 
 def autocast(device: torch.device):
@@ -86,12 +88,13 @@ def train(
     vocab_limit: int | None = None,
     warmup_frac: float = 0.1,
     max_grad_norm: float = 1.0,
-    on_step: Callable[[int, float], None] | None = None,
+    on_step: Callable[[int, float, float, float], None] | None = None,
     penalty: Callable[[], torch.Tensor] | None = None,
 ) -> TrainResult:
     """vocab_limit: softmax over the first vocab_limit logits only (p(u|·)=0 for new tokens u).
     penalty: a method's regulariser (Adapter.penalty), added to the loss that is backpropagated and
-    clipped at every step; the logged and returned loss stay the task loss alone."""
+    clipped at every step; the logged and returned loss stay the task loss alone.
+    on_step(step, loss, lr, grad_norm) after each update, with the values TrainResult.curve keeps."""
     params = [p for group in param_groups for p in group["params"]]
     low = sorted({str(p.dtype).removeprefix("torch.") for p in params if p.dtype != torch.float32})
     if low:  # a method's bug, caught before it silently trains nothing
@@ -118,6 +121,7 @@ def train(
     loss_value = float("nan")
     start = time.perf_counter()
     padded = Padded(examples, pad_id)
+    curve = []
     for step, batch in enumerate(parallel.shards(batches) if parallel else batches):
         ids, attention, target_mask = (t.to(device) for t in padded.batch(batch))
         with autocast(device):
@@ -141,12 +145,13 @@ def train(
         if not torch.isfinite(grad_norm):
             raise DivergedError(f"non-finite gradient norm at step {step}")
         optimizer.step()
+        curve.append((loss_value, schedule.get_last_lr()[0], grad_norm.item()))  # the lr this update used
         schedule.step()
         fault_point("train-step")  # crash tests: SIGKILL here, mid-training
         tokens += int(attention.sum())
         if on_step:
-            on_step(step, loss_value)
+            on_step(step, *curve[-1])
     model.eval()
     if parallel:
         tokens = parallel.finish(tokens)
-    return TrainResult(steps, loss_value, tokens, time.perf_counter() - start)
+    return TrainResult(steps, loss_value, tokens, time.perf_counter() - start, tuple(curve))

@@ -28,7 +28,7 @@ from clbench.protocol import Session, run_one
 from clbench.store import Store
 from clbench.taskspec import load_tasks
 
-NOT_REPRODUCIBLE = {"train_seconds", "tokens_per_second", "peak_mem_mb"}
+NOT_REPRODUCIBLE = {"train_seconds", "tokens_per_second", "peak_mem_mb", "peak_rss_increase_mb"}
 # layer 0 on disk: accelerate swaps it in for each forward; embeddings and head stay where clbench writes them
 DISK_MAP = {
     "model.embed_tokens": "cpu",

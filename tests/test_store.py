@@ -100,7 +100,7 @@ def test_directory_or_missing_folder_is_an_error(tmp_path):
 
 # ---------------------------------------------------------------- the protocol end to end
 
-TIMING = {"train_seconds", "tokens_per_second", "peak_mem_mb"}
+TIMING = {"train_seconds", "tokens_per_second", "peak_mem_mb", "peak_rss_increase_mb"}
 
 
 def _run(task_file, method: str, store: Store, session: Session | None = None, model: str = "builtin:tiny", **kwargs):

@@ -91,6 +91,10 @@ def test_et_stage_matrix_shows_no_transfer_and_no_forgetting(tmp_path, tiny_task
     assert values["avg_target_acc"] == cl_metrics.average(acc)
     assert values["forgetting_target_loss_spec"] == cl_metrics.forgetting(loss, False)[0]
     assert values["fwt_target_acc"] == cl_metrics.forward_transfer(acc, True)
+    # every step of every stage in the curves table, each stage under its own warm-up and decay
+    curves = Store(db).query("SELECT stage, step, lr FROM curves ORDER BY stage, step")
+    assert list(zip(curves.stage, curves.step)) == [(stage, step) for stage in (1, 2, 3) for step in range(4)]
+    assert curves.lr.tolist() == curves.lr[:4].tolist() * 3 and curves.lr[0] > curves.lr[3]
 
 
 def test_fft_moves_every_stage(tmp_path, tiny_task):

@@ -27,7 +27,7 @@ def trained(model, tokenizer, monkeypatch, *, fused: bool):
         lr=1e-2,
         seed=0,
         pad_id=tokenizer.pad_token_id,
-        on_step=lambda step, loss: losses.append(loss),
+        on_step=lambda step, loss, lr, grad_norm: losses.append(loss),
     )
     monkeypatch.undo()
     return result, losses, {name: p.detach().clone() for name, p in model.named_parameters()}
