@@ -4,6 +4,7 @@
     python bench/bench.py --only overhead --repeats 7
     python bench/bench.py --only optimizer    # fused vs default AdamW, an FFT step on SmolLM2-135M's shape
     python bench/bench.py --only ewc-fisher   # ewc's Fisher on SmolLM2-135M: peak RSS vs the weights
+    python bench/bench.py --only et-eval      # an ET run's old-text evaluation: forward pass vs the base's kept states
 
 Each ratio is measured within one run, configurations interleaved, so machine noise hits both sides.
 Memory is a child process's peak resident set (a fresh process per configuration), since on CPU
@@ -491,6 +492,46 @@ def section_front_door(args) -> dict:
     }
 
 
+def section_et_eval(args) -> dict:
+    """An ET run's old-text evaluation on pseudowords' `--profile cpu` data (SmolLM2-135M): the forward pass
+    over old text, as before issue 12, against the head alone over the base's kept hidden states (what a
+    frozen backbone gets now). Repeats interleaved; the two must give the same numbers, bit for bit."""
+    from clbench.evaluate import positions, score
+    from clbench.protocol import Session, old_sets
+
+    session = Session(device="cpu")
+    task = __import__("clbench.taskspec", fromlist=["load_tasks"]).load_tasks().get("pseudowords")
+    model_ref, budget, params = task.resolved("cpu")
+    base = session.base(model_ref)
+    data = session.data(task, params, base)
+    old, _ = old_sets(base, data)
+    model = copy.deepcopy(base.model)
+    tokenizer = copy.deepcopy(base.tokenizer)
+    expand(model, tokenizer, data.new_tokens, init="random", seed=0)
+    bs, pad, vocab = budget.eval_batch_size, base.tokenizer.pad_token_id, len(base.tokenizer)
+    kept = list(positions(base.model, old, pad_id=pad, batch_size=bs))
+    timed = {"forward": [], "head_only": []}
+    for repeat in range(min(args.repeats, 3)):
+        for name in ("forward", "head_only") if repeat % 2 == 0 else ("head_only", "forward"):
+            start = time.perf_counter()
+            scores = score(
+                model, old, old_vocab=vocab, pad_id=pad, batch_size=bs, at=kept if name == "head_only" else None
+            )
+            timed[name].append(time.perf_counter() - start)
+            if name == "forward":
+                fresh = scores
+            else:
+                reused = scores
+    return {
+        "data": f"pseudowords --profile cpu old text: {len(old)} passages, {fresh.n_full} scored tokens, eval batch {bs}",
+        "forward_seconds": statistics.median(timed["forward"]),
+        "head_only_seconds": statistics.median(timed["head_only"]),
+        "ratio_head_only_over_forward": statistics.median(timed["head_only"]) / statistics.median(timed["forward"]),
+        "identical": (fresh.nll_old, fresh.nll_full) == (reused.nll_old, reused.nll_full),
+        "target": "ET-family runs skip the old-text forward pass, metrics bit-identical (issue 12)",
+    }
+
+
 SECTIONS = {
     "overhead": section_overhead,
     "et-vs-fft": section_et_vs_fft,
@@ -500,6 +541,7 @@ SECTIONS = {
     "optimizer": section_optimizer,
     "ewc-fisher": section_ewc_fisher,
     "ewc-run": section_ewc_run,
+    "et-eval": section_et_eval,
 }
 
 
