@@ -76,6 +76,17 @@ CREATE TABLE IF NOT EXISTS stage_matrix (
     value DOUBLE,
     PRIMARY KEY (run_id, after_stage, eval_stage, metric)
 );
+-- a few free-running greedy continuations per run (protocol.sample_generations), to read beside its numbers
+CREATE TABLE IF NOT EXISTS generations (
+    run_id VARCHAR NOT NULL,
+    number INTEGER NOT NULL,      -- 0, 1, ...: the order they were made in
+    source VARCHAR NOT NULL,      -- target (cut before its first new token) | old_text (cut at half)
+    prompt VARCHAR NOT NULL,      -- the reference prefix given
+    generated VARCHAR NOT NULL,   -- the greedy continuation
+    reference VARCHAR NOT NULL,   -- the reference's own next tokens
+    new_tokens INTEGER NOT NULL,  -- new tokens among the generated ones
+    PRIMARY KEY (run_id, number)
+);
 CREATE TABLE IF NOT EXISTS attempts (
     run_id VARCHAR NOT NULL,
     attempt INTEGER NOT NULL,     -- 1, 2, ...: a retried run has several
@@ -263,9 +274,14 @@ class Store:
             thread.join()
 
     def record(
-        self, run: dict, metrics: dict[str, float], attempt: int | None = None, stage_matrix: list[tuple] = ()
+        self,
+        run: dict,
+        metrics: dict[str, float],
+        attempt: int | None = None,
+        stage_matrix: list[tuple] = (),
+        generations: list[tuple] = (),
     ) -> None:
-        """Insert or replace one run, its metrics and its stage matrix atomically.
+        """Insert or replace one run, its metrics, its stage matrix and its generations atomically.
 
         With `attempt` (from claim) the same transaction closes that attempt with the run's status,
         and nothing is written if this process no longer holds it."""
@@ -288,6 +304,7 @@ class Store:
                 )
             db.execute("DELETE FROM metrics WHERE run_id = ?", [run["run_id"]])
             db.execute("DELETE FROM stage_matrix WHERE run_id = ?", [run["run_id"]])
+            db.execute("DELETE FROM generations WHERE run_id = ?", [run["run_id"]])
             db.execute("DELETE FROM runs WHERE run_id = ?", [run["run_id"]])
             db.execute(
                 f"INSERT INTO runs ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
@@ -301,6 +318,11 @@ class Store:
             if stage_matrix:
                 db.executemany(
                     "INSERT INTO stage_matrix VALUES (?, ?, ?, ?, ?)", [(run["run_id"], *row) for row in stage_matrix]
+                )
+            if generations:
+                db.executemany(
+                    "INSERT INTO generations VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [(run["run_id"], *row) for row in generations],
                 )
             fault_point("record")  # crash tests: SIGKILL here, mid-transaction
             db.execute("COMMIT")

@@ -87,8 +87,12 @@ def test_directions_are_the_ones_before_the_registry():
         # added with dictionary recovery (issue 14)
         "meaning_recall_at_s",
         "meaning_words_scored",
+        # added with greedy use of the new tokens (issue 14)
+        "new_token_recall",
     }
-    assert len(M.METRICS.names()) == 29 + 13 + 3 + 2  # + gap_closed_se, word_gap_se
+    assert (
+        len(M.METRICS.names()) == 29 + 13 + 3 + 2 + 2
+    )  # + gap_closed_se, word_gap_se; + new_token_{recall,false_use}
 
 
 def test_a_family_member_inherits_its_familys_declaration():
