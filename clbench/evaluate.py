@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +41,12 @@ class Scores:
     # per example: the argmax token id at its first completion position, old and full softmax (-1: none scored)
     first_token_old: torch.Tensor | None = None
     first_token_full: torch.Tensor | None = None
+    # greedy use of new tokens, full-softmax argmax (metrics.new_token_recall / new_token_emissions): positions
+    # whose target is a new token, scored or in the prompt; of them, where the argmax is that token; scored
+    # positions whose argmax is any new token
+    new_occurrences: int = 0
+    new_recalled: int = 0
+    new_emitted: int = 0
 
     @property
     def loss_old(self) -> float:
@@ -61,15 +68,25 @@ def _head(model, hidden: torch.Tensor, rows: int | None) -> torch.Tensor:
     return torch.tanh(logits / cap) * cap if cap else logits
 
 
-Positions = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # hidden [P, d], targets [P], example of each [P]
+class Positions(NamedTuple):
+    hidden: torch.Tensor  # [P, d] at the scored positions
+    targets: torch.Tensor  # [P]
+    example: torch.Tensor  # [P] the example each belongs to
+    # prompt positions whose target is a new token: never scored, read only for new_token_recall
+    prompt_hidden: torch.Tensor  # [Q, d]
+    prompt_targets: torch.Tensor  # [Q]
 
 
 @torch.inference_mode()
-def positions(model, encoded: list[Encoded], *, pad_id: int, batch_size: int) -> Iterator[Positions]:
+def positions(
+    model, encoded: list[Encoded], *, pad_id: int, batch_size: int, new_from: int | None = None
+) -> Iterator[Positions]:
     """The decoder's part of scoring, batch by batch: the last hidden states at scored positions (on
-    the head's device), their targets and which example each belongs to. A model whose backbone
-    is the base's, on text without new tokens, has the base's: such positions can be kept and
-    scored again by another head (score(..., at=...)), bit-identically, without the forward pass."""
+    the head's device), their targets and which example each belongs to; with new_from, also those of
+    the prompt positions whose target id is >= new_from (a new token read in the prompt: pseudowords,
+    arithmetic), from the same forward pass. A model whose backbone is the base's, on text without
+    new tokens, has the base's: such positions can be kept and scored again by another head
+    (score(..., at=...)), bit-identically, without the forward pass."""
     device = input_device(model)  # a model placed with device_map spans devices: inputs go to the embedding's
     head_device = model.get_output_embeddings().weight.device
     # batches of similar lengths waste little on padding; the order is a function of the data
@@ -84,7 +101,14 @@ def positions(model, encoded: list[Encoded], *, pad_id: int, batch_size: int) ->
         # the [positions, |V|] logits are made where the head lives; only per-position results leave it
         h = hidden[:, :-1][target_mask.to(hidden.device)].to(head_device)
         targets = ids[:, 1:][target_mask].to(head_device)
-        yield h, targets, torch.tensor(members)[:, None].expand_as(target_mask)[target_mask.cpu()]
+        example = torch.tensor(members)[:, None].expand_as(target_mask)[target_mask.cpu()]
+        # kept apart from the scored positions, so their matmuls keep their shapes and their numbers their bits
+        prompt_new = torch.zeros_like(target_mask)
+        if new_from is not None:
+            in_prompt = torch.arange(target_mask.shape[1]) < padded.loss_from[members, None] - 1
+            prompt_new = in_prompt.to(ids.device) & (ids[:, 1:] >= new_from)
+        prompt_h = hidden[:, :-1][prompt_new.to(hidden.device)].to(head_device)
+        yield Positions(h, targets, example, prompt_h, ids[:, 1:][prompt_new].to(head_device))
 
 
 @torch.inference_mode()
@@ -104,11 +128,16 @@ def score(
     was_training = model.training
     model.eval()
     full_vocab = model.get_output_embeddings().weight.shape[0]
+    new = range(old_vocab, full_vocab)
     nll_old = nll_full = 0.0
-    n_old = n_full = 0
+    n_old = n_full = occurrences = recalled = emitted = 0
     correct_old, correct_full, example_of, position_old, position_full, is_old_all = [], [], [], [], [], []
     argmax_old, argmax_full = [], []
-    for h, targets, rows in positions(model, encoded, pad_id=pad_id, batch_size=batch_size) if at is None else at:
+    batches = positions(model, encoded, pad_id=pad_id, batch_size=batch_size, new_from=old_vocab) if at is None else at
+    for h, targets, rows, prompt_h, prompt_targets in batches:
+        if len(prompt_targets):  # no new token in a prompt: no head for it
+            counted = metrics.new_token_recall(_head(model, prompt_h, None).argmax(-1), prompt_targets, new)
+            recalled, occurrences = recalled + counted[0], occurrences + counted[1]
         # chunks of positions bound the [positions, |V|] logits (49k-152k vocabularies)
         for chunk in range(0, len(targets), POSITIONS_PER_CHUNK):
             h_chunk, t_chunk = h[chunk : chunk + POSITIONS_PER_CHUNK], targets[chunk : chunk + POSITIONS_PER_CHUNK]
@@ -129,6 +158,9 @@ def score(
                 position_full.append(full.cpu())
                 predicted_full = logits_full.argmax(-1)
                 hit_full = predicted_full == t_chunk
+                counted = metrics.new_token_recall(predicted_full, t_chunk, new)
+                recalled, occurrences = recalled + counted[0], occurrences + counted[1]
+                emitted += metrics.new_token_emissions(predicted_full, new)
             else:  # an unexpanded model: the full softmax is the old one, computed once
                 nll_full += nll.sum().item()
                 position_full.append(nll.cpu())
@@ -160,4 +192,28 @@ def score(
         per_example(torch.ones_like(is_old, dtype=torch.long)),
         at_first(argmax_old),
         at_first(argmax_full),
+        occurrences,
+        recalled,
+        emitted,
     )
+
+
+@torch.inference_mode()
+def greedy(model, ids: list[int], *, steps: int, vocab: int | None, eos_id: int) -> list[int]:
+    """Free-running greedy continuation of ids: up to `steps` tokens, each the argmax over the first
+    `vocab` rows of the head (None: all), stopping after eos. Every step runs the whole sequence
+    again, without a cache: pt's prompt hooks serve whole forward passes only, and a few short
+    continuations per run cost little."""
+    was_training = model.training
+    model.eval()
+    device = input_device(model)
+    out: list[int] = []
+    for _ in range(steps):
+        with autocast(device):
+            hidden = model.get_decoder()(input_ids=torch.tensor([ids + out], device=device)).last_hidden_state
+        head_device = model.get_output_embeddings().weight.device
+        out.append(int(_head(model, hidden[0, -1:].to(head_device), vocab).argmax(-1)))
+        if out[-1] == eos_id:
+            break
+    model.train(was_training)
+    return out

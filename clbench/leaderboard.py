@@ -386,6 +386,20 @@ def per_run_table(store: Store, name: str) -> pd.DataFrame | None:
     return store.query(f"SELECT * FROM {name}") if has_table(store, name) else None
 
 
+GENERATION_COLUMNS = ["source", "prompt", "generated", "reference", "new_tokens"]
+
+
+def generations(store: Store) -> dict[str, str]:
+    """run_id → its stored greedy continuations as an HTML table, every string escaped; {} without the table."""
+    if not has_table(store, "generations"):
+        return {}
+    rows = store.query(f"SELECT run_id, {', '.join(GENERATION_COLUMNS)} FROM generations ORDER BY run_id, number")
+    return {
+        run_id: part[GENERATION_COLUMNS].map(esc).to_html(index=False, escape=False, border=0, classes="generations")
+        for run_id, part in rows.groupby("run_id")
+    }
+
+
 def lm_eval_table(store: Store, values: pd.DataFrame, task: str) -> pd.DataFrame | None:
     """A task's lm-eval checks of finished runs: base, adapted and delta (mean ± 95 % CI) per row and lm-eval metric."""
     if not has_table(store, "lm_eval"):
@@ -569,7 +583,7 @@ def build(db: str | Path, out: str | Path) -> Path:
         overview=overview_table(table, tasks) if tasks else "<p>No finished runs.</p>",
         legend=legend,
         sections=("".join(sections) or "<p>No finished runs.</p>") + paper_section(values),
-        provenance=provenance_table(provenance, {r: a for a, r in index_rows}),
+        provenance=provenance_table(provenance, {r: a for a, r in index_rows}, generations(store)),
         kept_out=kept_out_table(kept_out),
     )
     (out / "index.html").write_text(page, encoding="utf-8")
@@ -732,7 +746,8 @@ def metric_legend(metrics: list[str]) -> str:
     return rows.to_html(index=False, escape=False, border=0, classes="legend")
 
 
-def provenance_table(runs: pd.DataFrame, anchor_of: dict[tuple, str]) -> str:
+def provenance_table(runs: pd.DataFrame, anchor_of: dict[tuple, str], generated: dict[str, str]) -> str:
+    """generated: run_id → its greedy continuations' table (generations), shown folded beside its config."""
     if runs.empty:
         return "<p>No finished runs.</p>"
     seen, first = set(), []
@@ -764,6 +779,10 @@ def provenance_table(runs: pd.DataFrame, anchor_of: dict[tuple, str]) -> str:
             "config": [
                 f"<details><summary>config</summary><pre>{esc(json.dumps(json.loads(c), indent=1, sort_keys=True))}</pre></details>"
                 for c in runs.config
+            ],
+            "generations": [
+                f"<details><summary>generations</summary>{generated[r]}</details>" if r in generated else ""
+                for r in runs.run_id
             ],
         }
     )

@@ -285,6 +285,17 @@ register_metric(
     definition="target_loss − target_loss_oracle_adapted, one model: what reading the new token still costs against reading its meaning; separates learning the word from adapting to the corpus",
     headline={"leaderboard": 36},
 )
+# greedy use of the new tokens (clbench/protocol.py generation_metrics), from the scoring pass's argmax
+register_metric(
+    "new_token_recall",
+    higher_is_better=True,
+    definition="share of the occurrences of a new token after the first position of a target example (prompt or completion) where the greedy next token given the reference prefix is that token; 0 by construction for a method trained under the old softmax, which decodes over the old vocabulary",
+)
+register_metric(
+    "new_token_false_use",
+    higher_is_better=False,
+    definition="share of old-text scored positions (no new token in the text) whose greedy next token, given the reference prefix, is a new token; 0 by construction for a method trained under the old softmax",
+)
 # dictionary recovery, where the task knows what each new token stands for (clbench/explain.py: the rules)
 register_metric(
     "meaning_recall_at_s",
@@ -440,6 +451,21 @@ def exact_match(correct: torch.Tensor, example_of: torch.Tensor, n_examples: int
     """
     wrong = torch.zeros(n_examples, dtype=torch.long).index_add_(0, example_of, (~correct).long())
     return wrong == 0
+
+
+def new_token_recall(predicted: torch.Tensor, targets: torch.Tensor, new_ids: range) -> tuple[int, int]:
+    """(recalled, occurrences): of the positions whose target is a new token, those whose greedy
+    prediction is that very token. predicted[i] is the argmax at the position that predicts
+    targets[i]: for one example's ids, predicted = argmax[:-1] and targets = ids[1:], so an
+    occurrence at i > 0 is recalled iff the argmax at i − 1 is ids[i]. Another new token there is
+    no recall (nor false use: the text has a new token there)."""
+    is_new = (targets >= new_ids.start) & (targets < new_ids.stop)
+    return int((is_new & (predicted == targets)).sum()), int(is_new.sum())
+
+
+def new_token_emissions(predicted: torch.Tensor, new_ids: range) -> int:
+    """How many greedy predictions are a new token (false use, on text that has none)."""
+    return int(((predicted >= new_ids.start) & (predicted < new_ids.stop)).sum())
 
 
 def accuracy(hits: torch.Tensor) -> float:

@@ -27,7 +27,7 @@ from clbench import metrics as M
 from clbench.data import Encoded, Example, Stage, TaskData, encode_examples, encode_texts
 from clbench.devices import input_device, resolve_device
 from clbench.errors import ClbenchError, DivergedError
-from clbench.evaluate import Positions, Scores, positions, score
+from clbench.evaluate import Positions, Scores, greedy, positions, score
 from clbench.expand import INIT_STRATEGIES, add_new_tokens, check_expansion, expand
 from clbench.explain import meaning_recovery, rows_file, save_new_rows
 from clbench.memory import PeakMemory
@@ -254,6 +254,7 @@ def run_one(
         stage_matrix=evaluated.matrix,
         curves=evaluated.curves,
         samples=evaluated.samples,
+        generations=evaluated.generations,
     )
     return Outcome(planned.run_id, status, evaluated.values, reason)
 
@@ -426,6 +427,7 @@ class Evaluated:
     matrix: list[tuple]  # a sequential task's stage × task matrix (stage_row); empty for a plain task
     curves: list[tuple] = ()  # (stage, step, loss, lr, grad_norm) per training step (the curves table)
     samples: list[tuple] = ()  # per-example rows (clbench/samples.py), with log_samples only
+    generations: list[tuple] = ()  # sample_generations: a few greedy continuations
 
 
 def adapt_and_evaluate(
@@ -563,6 +565,8 @@ def adapt_and_evaluate(
             target_bytes=sum(len(e.completion.encode()) for e in data.target_test),
         )
     )
+    emits_new = method.train_vocab == "full"
+    values.update(generation_metrics(target, old, emits_new=emits_new))
     values.update(meaning_recovery(base, model, data))  # where the task knows what each new token stands for
     if data.stages:
         values.update(stage_metrics(matrix, [s.name for s in stages]))
@@ -586,6 +590,9 @@ def adapt_and_evaluate(
     for name in ("target_loss", "target_loss_full", "forgetting_oldvocab", "forgetting_full"):
         if not math.isfinite(values[name]):
             raise DivergedError(f"non-finite {name} ({values[name]}) after training")
+    generations = sample_generations(
+        model, tokenizer, target_set, old_set, old_vocab=old_vocab, emits_new=emits_new, max_length=base.max_length
+    )
     if on_adapted is not None:
         on_adapted(base, data, model, tokenizer)
     curves = [(stage, step, *point) for stage, r in enumerate(results, 1) for step, point in enumerate(r.curve)]
@@ -595,7 +602,7 @@ def adapt_and_evaluate(
         if log_samples
         else []
     )
-    return Evaluated(values, matrix, curves, samples)
+    return Evaluated(values, matrix, curves, samples, generations)
 
 
 def setup(method: MethodSpec, model, expansion, method_config):
@@ -689,6 +696,52 @@ def reference_metrics(
         values["word_gap"] = target.loss_old - adapted_oracle.loss_old
         values["word_gap_se"] = M.bootstrap_se(*per_example(target), *per_example(adapted_oracle))
     return values
+
+
+def generation_metrics(target: Scores, old: Scores, *, emits_new: bool) -> dict[str, float]:
+    """Greedy use of the new tokens (definitions: clbench/metrics.py), from the argmax the scoring pass
+    already took. emits_new: the method trained under the full softmax; one trained under the old
+    (p(u | ·) = 0) decodes over V, so it never emits a new token."""
+    values = {}
+    if old.n_full:
+        values["new_token_false_use"] = old.new_emitted / old.n_full if emits_new else 0.0
+    if target.new_occurrences:
+        values["new_token_recall"] = target.new_recalled / target.new_occurrences if emits_new else 0.0
+    return values
+
+
+GENERATED_TARGETS, GENERATED_OLD, GENERATED_TOKENS = 3, 2, 8  # stored continuations per run, and their length
+
+
+def sample_generations(
+    model,
+    tokenizer,
+    target_set: list[Encoded],
+    old_set: list[Encoded],
+    *,
+    old_vocab: int,
+    emits_new: bool,
+    max_length: int,
+) -> list[tuple]:
+    """(number, source, prompt, generated, reference, new_tokens_generated) for a few free-running greedy
+    continuations, to read beside the numbers: of the first target examples holding a new token after
+    their first position, the reference cut right before its first one (where new_token_recall asks,
+    carried on); of the first old texts, their first half. reference: the text's next GENERATED_TOKENS
+    tokens. A method trained under the old softmax decodes over V (generation_metrics)."""
+    first_new = lambda ids: next((i for i, t in enumerate(ids) if i and t >= old_vocab), None)
+    cuts = [("target", e.ids, first_new(e.ids)) for e in target_set]
+    cuts = [c for c in cuts if c[2] is not None][:GENERATED_TARGETS]
+    cuts += [("old_text", e.ids, max(1, len(e.ids) // 2)) for e in old_set[:GENERATED_OLD]]
+    rows = []
+    for number, (source, ids, cut) in enumerate(cuts):
+        steps = min(GENERATED_TOKENS, max_length - cut)
+        out = greedy(
+            model, ids[:cut], steps=steps, vocab=None if emits_new else old_vocab, eos_id=tokenizer.eos_token_id
+        )
+        reference = ids[cut : cut + GENERATED_TOKENS]
+        text = tokenizer.decode
+        rows.append((number, source, text(ids[:cut]), text(out), text(reference), sum(t >= old_vocab for t in out)))
+    return rows
 
 
 def collect_metrics(

@@ -104,6 +104,17 @@ CREATE TABLE IF NOT EXISTS samples (
     prediction_full VARCHAR,      -- and full softmax
     PRIMARY KEY (run_id, eval_set, example)
 );
+-- a few free-running greedy continuations per run (protocol.sample_generations), to read beside its numbers
+CREATE TABLE IF NOT EXISTS generations (
+    run_id VARCHAR NOT NULL,
+    number INTEGER NOT NULL,      -- 0, 1, ...: the order they were made in
+    source VARCHAR NOT NULL,      -- target (cut before its first new token) | old_text (cut at half)
+    prompt VARCHAR NOT NULL,      -- the reference prefix given
+    generated VARCHAR NOT NULL,   -- the greedy continuation
+    reference VARCHAR NOT NULL,   -- the reference's own next tokens
+    new_tokens INTEGER NOT NULL,  -- new tokens among the generated ones
+    PRIMARY KEY (run_id, number)
+);
 CREATE TABLE IF NOT EXISTS attempts (
     run_id VARCHAR NOT NULL,
     attempt INTEGER NOT NULL,     -- 1, 2, ...: a retried run has several
@@ -298,8 +309,9 @@ class Store:
         stage_matrix: list[tuple] = (),
         curves: list[tuple] = (),
         samples: list[tuple] = (),
+        generations: list[tuple] = (),
     ) -> None:
-        """Insert or replace one run, its metrics, stage matrix, training curves and samples atomically.
+        """Insert or replace one run, its metrics, stage matrix, training curves, samples and generations atomically.
 
         With `attempt` (from claim) the same transaction closes that attempt with the run's status,
         and nothing is written if this process no longer holds it."""
@@ -335,7 +347,7 @@ class Store:
                 db.executemany(
                     "INSERT INTO stage_matrix VALUES (?, ?, ?, ?, ?)", [(run["run_id"], *row) for row in stage_matrix]
                 )
-            for table, rows in zip(PER_RUN, (curves, samples)):
+            for table, rows in zip(PER_RUN, (curves, samples, generations)):
                 if rows:
                     insert_frame(db, table, run["run_id"], rows)
             fault_point("record")  # crash tests: SIGKILL here, mid-transaction
@@ -384,7 +396,7 @@ class Store:
             return db.execute(sql, params or []).df()
 
 
-PER_RUN = ("curves", "samples")  # a run's rows of these tables, written with it in record()
+PER_RUN = ("curves", "samples", "generations")  # a run's rows of these tables, written with it in record()
 
 
 def insert_frame(db, table: str, run_id: str, rows: list[tuple]) -> None:

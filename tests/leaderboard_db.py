@@ -25,6 +25,7 @@ def record(
     params: dict | None = None,
     profile: str | None = None,
     split: str | None = None,
+    generations: list[tuple] = (),
 ) -> None:
     config = {
         "task": task,
@@ -57,6 +58,7 @@ def record(
             "finished_at": datetime(2026, 1, 2, 3, 5, 0),
         },
         metrics,
+        generations=generations,
     )
 
 

@@ -87,9 +87,12 @@ def test_directions_are_the_ones_before_the_registry():
         # added with dictionary recovery (issue 14)
         "meaning_recall_at_s",
         "meaning_words_scored",
+        # added with greedy use of the new tokens (issue 14)
+        "new_token_recall",
     }
-    # + gap_closed_se, word_gap_se; + 1 lower-is-better: peak_rss_increase_mb (a CPU run's own peak memory, issue 13)
-    assert len(M.METRICS.names()) == 29 + 13 + 3 + 2 + 1
+    # + gap_closed_se, word_gap_se; + new_token_{recall,false_use};
+    # + 1 lower-is-better: peak_rss_increase_mb (a CPU run's own peak memory, issue 13)
+    assert len(M.METRICS.names()) == 29 + 13 + 3 + 2 + 2 + 1
 
 
 def test_a_family_member_inherits_its_familys_declaration():
