@@ -140,6 +140,9 @@ def read_all(base_tokenizer, expanded, data: TaskData, n_train: int, max_length:
     return problems
 
 
+PIECES_SHOWN = 10  # a text task read with a character tokenizer has dozens: the line stays one line
+
+
 def unknown_text(tokenizer, name: str, examples: list[Example], encoded: list[Encoded]) -> str | None:
     unk, skip = tokenizer.unk_token_id, int(tokenizer.bos_token_id is not None)
     # bos and eos are left out: a tokenizer may use one token for unk, bos and eos (GPT-2's <|endoftext|>)
@@ -150,8 +153,11 @@ def unknown_text(tokenizer, name: str, examples: list[Example], encoded: list[En
         {p for i in bad for text in (examples[i].prompt, examples[i].completion) for p in _unknown(tokenizer, text)}
     )
     first = examples[bad[0]].prompt + examples[bad[0]].completion
+    shown = ", ".join(map(repr, pieces[:PIECES_SHOWN])) + (
+        f" and {len(pieces) - PIECES_SHOWN} more" if len(pieces) > PIECES_SHOWN else ""
+    )
     return (
-        f"{name} example {bad[0]} {first!r:.60}: the tokenizer reads {', '.join(map(repr, pieces))} as {tokenizer.unk_token!r} "
+        f"{name} example {bad[0]} {first!r:.60}: the tokenizer reads {shown} as {tokenizer.unk_token!r} "
         f"({len(bad)} of {len(examples)} examples; `allow_unknown_tokens: true` in the task file accepts that)"
     )
 

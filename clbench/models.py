@@ -149,9 +149,9 @@ class NotOffline(ClbenchError):
 BUILTIN_TOKENIZERS = {"arith-llama": char_tokenizer, "smollm2-135m": smollm2.load_tokenizer}
 
 
-def load_tokenizer(ref: str, *, trust_remote_code: bool = False):
+def load_tokenizer(ref: str):
     """A base model's tokenizer without its weights, from what is on this machine (`clbench validate`);
-    NotOffline where it would have to be downloaded."""
+    NotOffline where it would have to be downloaded. A hub tokenizer's own code is never run."""
     if ref.startswith("builtin:"):
         name = ref.removeprefix("builtin:")
         if name not in BUILTIN_TOKENIZERS:
@@ -162,7 +162,7 @@ def load_tokenizer(ref: str, *, trust_remote_code: bool = False):
             raise NotOffline(f"{ref} not available offline ({error})") from None
     source, looks_local = _source(ref)
     try:
-        return _tokenizer(ref, source, trust_remote_code, local_files_only=True)
+        return _tokenizer(ref, source, trust_remote_code=False, local_files_only=True)
     except (OSError, ValueError):
         if looks_local:
             raise ClbenchError(f"cannot load the tokenizer of model {ref!r} from the local directory") from None

@@ -22,7 +22,9 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 from transformers.utils import logging as transformers_logging
 
+from clbench.arith import char_tokenizer
 from clbench.cli import main
+from clbench.data import Example, TaskData, encode_examples, read_all, unknown_text
 
 READ_ONLY_DIR = Path("/sys")  # refuses new files even to root (chmod does not): EACCES, or EROFS in containers
 
@@ -387,3 +389,14 @@ def test_unreadable_old_text_runs_when_the_task_opts_in_and_the_run_records_it(t
     assert json.loads(configs["custom"])["allow_unknown_tokens"] is True
     # recorded only where set: a task without it keeps the config, and so the run_id, it always had
     assert "allow_unknown_tokens" not in json.loads(configs["tiny-arith"])
+
+
+def test_unknown_text_names_at_most_ten_pieces_and_skips_a_tokenizer_without_unk():
+    tokenizer, examples = char_tokenizer(), [Example("", "1+1=2"), Example("12*", "abcdefghijkl")]
+    encoded = encode_examples(tokenizer, examples, 64)
+    assert unknown_text(tokenizer, "old skill", examples, encoded) == (
+        "old skill example 1 '12*abcdefghijkl': the tokenizer reads 'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j' "
+        "and 2 more as '<unk>' (1 of 2 examples; `allow_unknown_tokens: true` in the task file accepts that)"
+    )
+    tokenizer.unk_token = None  # nothing can become an unknown token: nothing is checked
+    assert read_all(tokenizer, tokenizer, TaskData([], examples, examples, ["xyz"]), 2, 64, allow_unknown=False) == []
