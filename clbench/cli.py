@@ -145,7 +145,15 @@ def build_parser() -> Parser:
     ls.add_argument("what", choices=["tasks", "methods"])
     ls.add_argument("--task-dir", **task_dir)
 
-    validate = commands.add_parser("validate", help="check every task file (schema, params, generator)")
+    validate = commands.add_parser(
+        "validate",
+        help="check task files (schema, params, generator; new tokens and unknown text against the model's tokenizer)",
+    )
+    validate.add_argument(
+        "tasks", nargs="*", metavar="TASK_OR_FILE", help="task names or task YAML files (default: every task)"
+    )
+    validate.add_argument("--profile", help="check the data of this profile (default: the task's own)")
+    validate.add_argument("--model", help="check against this model's tokenizer (default: the task's or profile's)")
     validate.add_argument("--task-dir", **task_dir)
 
     results = commands.add_parser("results", help="print finished results: mean over seeds per task × method × model")
@@ -452,25 +460,81 @@ def cmd_ls(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from clbench.arith import char_tokenizer
-    from clbench.taskspec import load_tasks
+    """Every problem is one line on stderr (exit 2); a task whose model's tokenizer is not on this machine
+    is built with the character tokenizer and says its tokenizer was not checked (exit 0)."""
+    problems, tokenizers = [], {}
+    for task in validated_tasks(args):
+        try:
+            summary, found = check_task(task, args.profile, args.model, tokenizers)
+        except ClbenchError as error:  # the task's own messages name it
+            summary, found = None, [str(error)]
+        problems += found
+        if not found:
+            print(f"ok  {summary}")
+    for problem in problems:
+        print(f"clbench: error: {problem}", file=sys.stderr)
+    return 2 if problems else 0
 
-    tasks = load_tasks(args.task_dir)
-    for name in tasks:
-        task = tasks.get(name)
-        for profile in [None, *task.spec.profiles]:
-            _, _, params = task.resolved(profile)
-        # generating data needs a tokenizer; the character tokenizer is always at hand offline
-        data = task.build(task.resolved()[2], char_tokenizer())
-        if task.spec.budget.n_train > len(data.train):
-            raise ClbenchError(
-                f"task {name!r}: budget.n_train {task.spec.budget.n_train} exceeds its {len(data.train)} training examples"
-            )
-        print(
-            f"ok  {name} v{task.spec.version}: {len(data.new_tokens)} new tokens, {len(data.train)} train, {len(data.target_test)} target, {len(data.old_text)} old-text, "
-            f"{len(data.validation)} validation"
+
+def validated_tasks(args) -> list:
+    """The tasks named (registry names, or paths to task files anywhere), else every task."""
+    from clbench.taskspec import load_task_file, load_tasks
+
+    def one(name: str):
+        path = Path(name)
+        if path.suffix in (".yaml", ".yml") or path.is_file():
+            return load_task_file(path)
+        return load_tasks(args.task_dir).get(name)
+
+    if args.tasks:
+        return [one(name) for name in args.tasks]
+    registry = load_tasks(args.task_dir)
+    return [registry.get(name) for name in registry]
+
+
+def check_task(task, profile: str | None, model: str | None, tokenizers: dict) -> tuple[str, list[str]]:
+    """Builds the task's data with its model's tokenizer (weights are not loaded) and makes the checks a
+    run's preflight makes on it: new tokens against the vocabulary, text that would become <unk>.
+    tokenizers: model → tokenizer (or why there is none), shared across tasks. → (summary, problems)."""
+    import copy
+
+    from clbench.arith import char_tokenizer
+    from clbench.data import read_all
+    from clbench.expand import add_new_tokens, check_expansion
+    from clbench.models import NotOffline, load_tokenizer
+
+    for other in task.spec.profiles:
+        task.resolved(other)
+    default_model, budget, params = task.resolved(profile)
+    model = model or default_model
+    if model not in tokenizers:
+        try:
+            tokenizers[model] = load_tokenizer(model)
+        except NotOffline as error:
+            tokenizers[model] = f"tokenizer not checked: {error}"
+    tokenizer = tokenizers[model]
+    offline = isinstance(tokenizer, str)
+    data = task.build(params, char_tokenizer() if offline else tokenizer)  # a generator needs some tokenizer
+    if budget.n_train > len(data.train):
+        raise ClbenchError(
+            f"task {task.name!r}: budget.n_train {budget.n_train} exceeds its {len(data.train)} training examples"
         )
-    return 0
+    summary = (
+        f"{task.name} v{task.spec.version}: {len(data.new_tokens)} new tokens, {len(data.train)} train, "
+        f"{len(data.target_test)} target, {len(data.old_text)} old-text, {len(data.validation)} validation"
+    )
+    if offline:
+        return f"{summary}; {tokenizer}", []
+    try:
+        check_expansion(tokenizer, data.new_tokens, task.spec.init)
+    except ClbenchError as error:
+        return summary, [f"task {task.name!r} with {model}'s tokenizer: {error}"]
+    expanded = copy.deepcopy(tokenizer)
+    add_new_tokens(expanded, data.new_tokens, whole_words=data.whole_word_tokens)
+    unknown = read_all(
+        tokenizer, expanded, data, budget.n_train, sys.maxsize, allow_unknown=task.spec.allow_unknown_tokens
+    )
+    return summary, [f"task {task.name!r} with {model}'s tokenizer: {p}" for p in unknown]
 
 
 def cmd_results(args) -> int:

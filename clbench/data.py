@@ -109,6 +109,67 @@ def encode_texts(tokenizer, texts: list[str], max_length: int) -> list[Encoded]:
     return [encode(tokenizer, "", t, max_length) for t in texts]
 
 
+def sets_read(data: TaskData, n_train: int) -> list[tuple[str, list[Example], bool]]:
+    """(name, examples, expanded) for every set a run encodes; expanded: read with the new tokens added
+    (what the method trains on and is scored on), else with the base tokenizer (old material, and the
+    oracle the base reads). The base's own reading of the target set, new tokens and all, is not here:
+    that is the no-learning reference, <unk> and all."""
+    as_examples = lambda texts: [Example("", t) for t in texts]
+    trains = [(f"stage {s.name!r} train", s.train[:n_train], True) for s in data.stages]
+    return [
+        *(trains or [("train", data.train[:n_train], True)]),
+        ("target", data.target_test, True),
+        ("replay text", as_examples(data.replay_text), True),
+        ("old text", as_examples(data.old_text), False),
+        ("old skill", data.old_skill, False),
+        ("target oracle", data.target_oracle, False),
+    ]
+
+
+def read_all(base_tokenizer, expanded, data: TaskData, n_train: int, max_length: int, *, allow_unknown: bool):
+    """Encodes every set of sets_read as a run does (a sequence over max_length is an error) → one line per
+    set holding text its tokenizer reads as the unknown token, which a run would silently train or score
+    as <unk>; none where allow_unknown (the task's `allow_unknown_tokens`). The check scans ids already
+    encoded, and is skipped for a tokenizer without an unknown token (it can never produce one)."""
+    problems = []
+    for name, examples, with_new_tokens in sets_read(data, n_train):
+        tokenizer = expanded if with_new_tokens else base_tokenizer
+        encoded = encode_examples(tokenizer, examples, max_length)
+        if not allow_unknown and tokenizer.unk_token_id is not None:
+            problems += filter(None, [unknown_text(tokenizer, name, examples, encoded)])
+    return problems
+
+
+PIECES_SHOWN = 10  # a text task read with a character tokenizer has dozens: the line stays one line
+
+
+def unknown_text(tokenizer, name: str, examples: list[Example], encoded: list[Encoded]) -> str | None:
+    unk, skip = tokenizer.unk_token_id, int(tokenizer.bos_token_id is not None)
+    # bos and eos are left out: a tokenizer may use one token for unk, bos and eos (GPT-2's <|endoftext|>)
+    bad = [i for i, e in enumerate(encoded) if unk in e.ids[skip:-1]]
+    if not bad:
+        return None
+    pieces = sorted(
+        {p for i in bad for text in (examples[i].prompt, examples[i].completion) for p in _unknown(tokenizer, text)}
+    )
+    first = examples[bad[0]].prompt + examples[bad[0]].completion
+    shown = ", ".join(map(repr, pieces[:PIECES_SHOWN])) + (
+        f" and {len(pieces) - PIECES_SHOWN} more" if len(pieces) > PIECES_SHOWN else ""
+    )
+    return (
+        f"{name} example {bad[0]} {first!r:.60}: the tokenizer reads {shown} as {tokenizer.unk_token!r} "
+        f"({len(bad)} of {len(examples)} examples; `allow_unknown_tokens: true` in the task file accepts that)"
+    )
+
+
+def _unknown(tokenizer, text: str) -> set[str]:
+    """The parts of text the tokenizer reads as its unknown token (on the error path only)."""
+    if not tokenizer.is_fast:  # no offsets: the characters it cannot read alone
+        return {c for c in text if tokenizer.encode(c, add_special_tokens=False) == [tokenizer.unk_token_id]}
+    read = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    return {text[a:b] for i, (a, b) in zip(read["input_ids"], read["offset_mapping"]) if i == tokenizer.unk_token_id}
+
+
 class Padded:
     """Examples padded into one matrix once; a batch is then a row selection, a few tensor ops per
     step instead of a Python loop over its examples (which cost ~1 ms a step, 8 % of a small model's).

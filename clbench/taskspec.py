@@ -17,9 +17,9 @@ of the result, and the merged mapping is checked by the same strict schema as a 
 
 from __future__ import annotations
 
-import difflib
 import importlib.resources
 import importlib.util
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -33,7 +33,7 @@ from clbench.data import TaskData
 from clbench.errors import ClbenchError
 from clbench.expand import INIT_STRATEGIES
 from clbench.metrics import METRICS, Metric, declared_by
-from clbench.registry import Registry
+from clbench.registry import Registry, did_you_mean
 
 
 class Strict(BaseModel):
@@ -72,6 +72,11 @@ class TaskSpec(Strict):
     )
     tune_metric: str = Field(
         "target_loss", description="what `clbench tune` minimises on the validation split (a lower-is-better metric)"
+    )
+    allow_unknown_tokens: bool = Field(
+        False,
+        description="accept text the base tokenizer reads as its unknown token (otherwise an error before any run); "
+        "recorded in each run's config",
     )
 
 
@@ -148,18 +153,40 @@ def _known_keys(model_cls: type[BaseModel], overrides: dict, what: str) -> None:
     known = list(model_cls.model_fields)
     for key in overrides:
         if key not in known:
-            near = difflib.get_close_matches(key, known, n=1)
-            hint = f" (did you mean {near[0]!r}?)" if near else ""
-            raise ClbenchError(f"{what} {key!r}{hint}; known: {', '.join(known)}")
+            raise ClbenchError(f"{what} {key!r}{did_you_mean(key, known)}; known: {', '.join(known)}")
 
 
 def _validate(model_cls: type[BaseModel], value: Any, where: str):
     try:
         return model_cls.model_validate(value)
     except ValidationError as error:
-        first = error.errors()[0]
+        # a mistyped key is two errors, the real key missing and the typo extra: the typo, with its hint, explains both
+        errors = [(e, "") for e in error.errors()]
+        hinted = [
+            (e, hint)
+            for e, _ in errors
+            if e["type"] == "extra_forbidden" and (hint := _near_miss(model_cls, value, e["loc"]))
+        ]
+        first, hint = (hinted or errors)[0]
         location = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise ClbenchError(f"{where}: {location}: {first['msg']}") from None
+        raise ClbenchError(f"{where}: {location}: {first['msg']}{hint}") from None
+
+
+def _near_miss(model_cls: type[BaseModel], value: Any, loc: tuple) -> str:
+    """did_you_mean for the extra key at loc among the schema's keys there that the mapping lacks (through
+    nested models and mappings of them): a key given as well as the typo is not what the typo misspells."""
+    kind = model_cls
+    for part in loc[:-1]:
+        value = value.get(part) if isinstance(value, dict) else None
+        if isinstance(kind, type) and issubclass(kind, BaseModel) and part in kind.model_fields:
+            kind = kind.model_fields[part].annotation
+        elif typing.get_origin(kind) is dict:
+            kind = typing.get_args(kind)[1]
+        else:
+            return ""
+    if not (isinstance(kind, type) and issubclass(kind, BaseModel) and isinstance(value, dict)):
+        return ""
+    return did_you_mean(str(loc[-1]), [key for key in kind.model_fields if key not in value])
 
 
 def _read_mapping(path: Path) -> dict:

@@ -9,6 +9,7 @@ same cases as real subprocesses.
 """
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -21,7 +22,9 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 from transformers.utils import logging as transformers_logging
 
+from clbench.arith import char_tokenizer
 from clbench.cli import main
+from clbench.data import Example, TaskData, encode_examples, read_all, unknown_text
 
 READ_ONLY_DIR = Path("/sys")  # refuses new files even to root (chmod does not): EACCES, or EROFS in containers
 
@@ -55,14 +58,15 @@ class Case:
         write_task(folder, self.tiny_cli.model, name=name, **fields)
         return folder
 
-    def generator_task(self, source: str, *, files: dict[str, bytes] | None = None) -> Path:
-        """A task folder whose generator is `source` (defines Params and build); → the folder."""
+    def generator_task(self, source: str, *, files: dict[str, bytes] | None = None, **fields) -> Path:
+        """A task folder whose generator is `source` (defines Params and build), with some top-level fields
+        set; → the folder."""
         folder = self.root / "tasks-custom"
         folder.mkdir()
         (folder / "custom.py").write_text(source)
         for name, content in (files or {}).items():
             (folder / name).write_bytes(content)
-        write_task(folder, self.tiny_cli.model, name="custom", generator="custom.py:build")
+        write_task(folder, self.tiny_cli.model, name="custom", generator="custom.py:build", **fields)
         return folder
 
     def file(self, name: str, content: bytes) -> Path:
@@ -83,6 +87,9 @@ def build(params, tokenizer):
     examples = [Example(f"{a}<x>2=", str(2 * a)) for a in range(20)]
     return TaskData(new_tokens=NEW_TOKENS, train=examples, target_test=examples, old_text=OLD_TEXT)
 """
+
+# `-` is no character of the arithmetic tokenizer: without an opt-in, old text the base reads as <unk> is refused
+UNREADABLE_OLD_TEXT = GENERATOR.replace("NEW_TOKENS", '["<x>"]').replace("OLD_TEXT", '["1+1=2", "9-3=6"]')
 
 
 def bpe_model(case: Case) -> Path:
@@ -251,6 +258,12 @@ CASES = [
         "task 'custom': cannot read its data: 'utf-8' codec can't decode",
     ),
     (
+        "old-text-the-base-cannot-represent",
+        lambda c: c.run("--task", "custom", task_dir=c.generator_task(UNREADABLE_OLD_TEXT)),
+        "clbench: error: old text example 1 '9-3=6': the tokenizer reads '-' as '<unk>' "
+        "(1 of 2 examples; `allow_unknown_tokens: true` in the task file accepts that)",
+    ),
+    (
         "sequence-longer-than-context",
         lambda c: c.run(task_dir=c.task(params={"template": "0" * 40 + "{a}{op}{b}="})),
         "exceeds the model context of 32",
@@ -365,3 +378,25 @@ def test_bad_input_ends_with_one_line_and_changes_nothing(
     transformers_logging.enable_progress_bar()
     assert snapshot(tmp_path) == before
     assert not (READ_ONLY_DIR / "clbench-results.duckdb").exists()
+
+
+def test_unreadable_old_text_runs_when_the_task_opts_in_and_the_run_records_it(tiny_cli, reference_db, tmp_path):
+    case = Case(tiny_cli, tmp_path, reference_db)
+    folder = case.generator_task(UNREADABLE_OLD_TEXT, allow_unknown_tokens=True)
+    assert main(case.run("--task", "custom", task_dir=folder)) == 0
+    with duckdb.connect(str(case.db), read_only=True) as db:
+        configs = dict(db.execute("SELECT task, config FROM runs WHERE status = 'finished'").fetchall())
+    assert json.loads(configs["custom"])["allow_unknown_tokens"] is True
+    # recorded only where set: a task without it keeps the config, and so the run_id, it always had
+    assert "allow_unknown_tokens" not in json.loads(configs["tiny-arith"])
+
+
+def test_unknown_text_names_at_most_ten_pieces_and_skips_a_tokenizer_without_unk():
+    tokenizer, examples = char_tokenizer(), [Example("", "1+1=2"), Example("12*", "abcdefghijkl")]
+    encoded = encode_examples(tokenizer, examples, 64)
+    assert unknown_text(tokenizer, "old skill", examples, encoded) == (
+        "old skill example 1 '12*abcdefghijkl': the tokenizer reads 'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j' "
+        "and 2 more as '<unk>' (1 of 2 examples; `allow_unknown_tokens: true` in the task file accepts that)"
+    )
+    tokenizer.unk_token = None  # nothing can become an unknown token: nothing is checked
+    assert read_all(tokenizer, tokenizer, TaskData([], examples, examples, ["xyz"]), 2, 64, allow_unknown=False) == []

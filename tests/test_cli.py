@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 from conftest import run_row
+from tiny_setup import write_task as write_tiny_task
 
 from clbench.cli import main
 from clbench.store import Store
@@ -150,6 +151,81 @@ def test_validate_reports_a_broken_extra_task(capsys, tmp_path):
     (tmp_path / "broken.yaml").write_text("name: broken\nversion: 0\n")
     message = _error(capsys, ["validate", "--task-dir", str(tmp_path)])
     assert message.startswith("task file broken.yaml: ")
+
+
+def _validate_task(tmp_path, *, model: str = "builtin:arith-llama", **fields):
+    """tiny_setup's task (tasks/arithmetic.py under a tiny budget) with some fields changed, in a folder no
+    registry reads; → the path of its file."""
+    return write_tiny_task(tmp_path / "elsewhere", model, **fields)
+
+
+def test_validate_a_file_outside_the_registry(capsys, tmp_path):
+    assert main(["validate", str(_validate_task(tmp_path))]) == 0
+    out, err = capsys.readouterr()
+    assert (out, err) == ("ok  tiny-arith v1: 1 new tokens, 880 train, 20 target, 20 old-text, 100 validation\n", "")
+
+
+def test_validate_names_a_new_token_the_vocabulary_has(capsys, tmp_path):
+    path = _validate_task(tmp_path, params={"operator": "*"})
+    assert _error(capsys, ["validate", str(path)]) == (
+        "task 'tiny-arith' with builtin:arith-llama's tokenizer: new token(s) already in the base vocabulary: ['*']"
+    )
+
+
+def test_validate_names_each_set_with_unknown_text(capsys, tmp_path):
+    path = _validate_task(tmp_path, params={"template": "{a}{op}{b}=-"})
+    assert main(["validate", str(path)]) == 2
+    out, err = capsys.readouterr()
+    prefix = "clbench: error: task 'tiny-arith' with builtin:arith-llama's tokenizer: "
+    accepts = "`allow_unknown_tokens: true` in the task file accepts that"
+    assert out == ""
+    assert err.splitlines() == [
+        f"{prefix}train example 0 '50<spec>8=-400': the tokenizer reads '-' as '<unk>' (16 of 16 examples; {accepts})",
+        f"{prefix}target example 0 '43<spec>9=-387': the tokenizer reads '-' as '<unk>' (20 of 20 examples; {accepts})",
+        f"{prefix}replay text example 0 '4*0=-0': the tokenizer reads '-' as '<unk>' (10 of 10 examples; {accepts})",
+        f"{prefix}old text example 0 '70+0=-70': the tokenizer reads '-' as '<unk>' (20 of 20 examples; {accepts})",
+        f"{prefix}old skill example 0 '28+40=-68': the tokenizer reads '-' as '<unk>' (20 of 20 examples; {accepts})",
+        f"{prefix}target oracle example 0 '43*9=-387': the tokenizer reads '-' as '<unk>' (20 of 20 examples; {accepts})",
+    ]
+    path = _validate_task(tmp_path, params={"template": "{a}{op}{b}=-"}, allow_unknown_tokens=True)
+    assert main(["validate", str(path)]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_validate_a_typo_of_a_required_key_suggests_it(capsys, tmp_path):
+    path = _validate_task(tmp_path)
+    path.write_text(path.read_text().replace("budget:", "budgt:"))
+    assert _error(capsys, ["validate", str(path)]) == (
+        "task file tiny-arith.yaml: budgt: Extra inputs are not permitted (did you mean 'budget'?)"
+    )
+
+
+def test_validate_a_hub_model_not_on_this_machine_leaves_its_tokenizer_unchecked(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-home"))
+    path = _validate_task(tmp_path, model="nobody/no-such-model")
+    assert main(["validate", str(path), "--model", "nobody/no-such-model"]) == 0
+    out, err = capsys.readouterr()
+    assert (out, err) == (
+        "ok  tiny-arith v1: 1 new tokens, 880 train, 20 target, 20 old-text, 100 validation; "
+        "tokenizer not checked: nobody/no-such-model not available offline\n",
+        "",
+    )
+
+
+def test_validate_reads_a_profile_with_another_model(capsys):
+    # the paper profile writes spaces, which the arithmetic base's characters do not include
+    assert main(["validate", "arithmetic", "--profile", "paper", "--model", "builtin:arith-llama"]) == 2
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert out == "" and len(lines) == 6
+    assert lines[0] == (
+        "clbench: error: task 'arithmetic' with builtin:arith-llama's tokenizer: train example 0 '5 <spec> 8 = 40': "
+        "the tokenizer reads ' ' as '<unk>' (200 of 200 examples; `allow_unknown_tokens: true` in the task file "
+        "accepts that)"
+    )
+    assert _error(capsys, ["validate", "arithmetc"]).startswith(
+        "unknown task 'arithmetc' (did you mean 'arithmetic'?)"
+    )
 
 
 def test_run_and_results_end_to_end(capsys, tmp_path, tiny_builtin, small_task_file):

@@ -127,6 +127,23 @@ def test_zero_steps(tmp_path):
         _load(tmp_path, raw)
 
 
+def test_a_typo_of_a_required_key_suggests_it_rather_than_the_key_missing(tmp_path):
+    raw = arithmetic_raw()
+    raw["budget"]["stpes"] = raw["budget"].pop("steps")
+    raw["profiles"]["paper"]["modle"] = raw["profiles"]["paper"].pop("model")
+    with pytest.raises(ClbenchError) as info:
+        _load(tmp_path, raw)
+    assert str(info.value) == (
+        "task file arithmetic.yaml: budget.stpes: Extra inputs are not permitted (did you mean 'steps'?)"
+    )
+    raw["budget"]["steps"] = raw["budget"].pop("stpes")
+    with pytest.raises(ClbenchError) as info:
+        _load(tmp_path, raw)
+    assert str(info.value) == (
+        "task file arithmetic.yaml: profiles.paper.modle: Extra inputs are not permitted (did you mean 'model'?)"
+    )
+
+
 def test_missing_required_field(tmp_path):
     raw = arithmetic_raw()
     del raw["version"]
@@ -301,8 +318,10 @@ def test_include_must_name_one_file(tmp_path):
 XLING_BEFORE = json.loads((Path(__file__).parent / "data" / "xling_resolved.json").read_text(encoding="utf-8"))
 
 
-# what was added to them since, on purpose: the cpu profile, tuned lrs and the tune metric, validation sizes
-ADDED_SPEC, ADDED_PROFILE, ADDED_PARAMS = {"tune_metric", "lr"}, {"lr"}, {"n_validation", "n_validation_old"}
+# what was added to them since, on purpose: the cpu profile, tuned lrs and the tune metric, validation sizes,
+# the opt-in to unknown text (default off)
+ADDED_SPEC = {"tune_metric", "lr", "allow_unknown_tokens"}
+ADDED_PROFILE, ADDED_PARAMS = {"lr"}, {"n_validation", "n_validation_old"}
 
 
 @pytest.mark.parametrize("name", sorted(XLING_BEFORE))
