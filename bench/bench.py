@@ -38,10 +38,10 @@ from clbench.train import epoch_batches, train
 
 def arith_setup(n_train: int = 200):
     """The arithmetic base and task data, as a run of the arithmetic task sees them."""
-    from clbench.arith_llama import load_or_build
+    from clbench.arith_llama import load_shipped
     from clbench.taskspec import load_tasks
 
-    model, tokenizer = load_or_build()
+    model, tokenizer = load_shipped()
     task = load_tasks().get("arithmetic")
     data = task.build(task.resolved()[2], tokenizer)
     return model, tokenizer, data.new_tokens, data.train[:n_train]

@@ -2,8 +2,13 @@
 
 It stands in for the paper's Llama-3.2-3B on the arithmetic-operator task where no hub is
 reachable: addition, and multiplication on the pairs `mul_pairs_seen()` names, so a new operator
-can be tested on pairs the base saw with `*` and on pairs it did not. Rebuild it from scratch with
-`clbench build-base --force` (deterministic on CPU for a given recipe).
+can be tested on pairs the base saw with `*` and on pairs it did not.
+
+The recipe does not give the same weights everywhere (float kernels differ between CPUs: four
+builds on four machines or sessions gave four fingerprints), so the weights one build gave ship with clbench
+(clbench/assets/arith-llama/) and builtin:arith-llama loads them: the same model on every machine.
+`clbench build-base [--force]` builds the recipe here, into the cache, and reports how far that
+build lands from the shipped one; `--model builtin:arith-local` runs on it, under its own name.
 """
 
 from __future__ import annotations
@@ -12,16 +17,24 @@ import hashlib
 import json
 import shutil
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from clbench import metrics
 from clbench.arith import ADD_PAIRS, char_tokenizer, mul_pairs_seen
 from clbench.cache import cache_root, publish
 from clbench.data import Example, encode_examples
+from clbench.errors import ClbenchError
+from clbench.evaluate import score
 from clbench.train import train
+
+SHIPPED = Path(__file__).parent / "assets" / "arith-llama"
+# models.fingerprint of the shipped weights; written only here (the README quotes it, a test checks both)
+SHIPPED_FINGERPRINT = "5aac12d85dbb988c"
 
 
 @dataclass(frozen=True)
@@ -87,7 +100,7 @@ def build(recipe: Recipe, log=print) -> tuple[LlamaForCausalLM, PreTrainedTokeni
 
 
 def load_or_build(recipe: Recipe = Recipe(), force: bool = False, log=None):
-    """Load the cached base for this recipe, building it first if missing (~70 s on 2 cores)."""
+    """builtin:arith-local: this machine's build of the recipe, cached; built first if missing (~70–100 s on 2 cores)."""
     log = log or (lambda msg: print(msg, file=sys.stderr))
     target = cache_root() / "models" / f"arith-llama-{recipe.key()}"
     if force and target.exists():
@@ -106,3 +119,77 @@ def load_or_build(recipe: Recipe = Recipe(), force: bool = False, log=None):
     model = AutoModelForCausalLM.from_pretrained(target)
     tokenizer = AutoTokenizer.from_pretrained(target)
     return model, tokenizer
+
+
+def load_shipped():
+    """The base builtin:arith-llama names: the recipe's build shipped with clbench, never rebuilt."""
+    from clbench.models import fingerprint  # clbench.models imports this module
+
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(SHIPPED), AutoTokenizer.from_pretrained(SHIPPED)
+    if (found := fingerprint(model)) != SHIPPED_FINGERPRINT:
+        raise ClbenchError(
+            f"the arithmetic base in {SHIPPED} has fingerprint {found}, not the shipped {SHIPPED_FINGERPRINT}; "
+            "reinstall clbench"
+        )
+    return model, tokenizer
+
+
+def accuracies(model, tokenizer) -> dict[str, float]:
+    """Exact match on the arithmetic task's old-skill set (addition) and on its test pairs written with `*`,
+    those the base trained on and the others: what a task run measures of the base."""
+    from clbench.taskspec import load_tasks  # the task registry is not needed to build or load the base
+
+    task = load_tasks().get("arithmetic")
+    _, budget, params = task.resolved()
+    data = task.build(params, tokenizer)
+    sets = {
+        "add_acc": data.old_skill,
+        "mul_acc_seen": [e for e in data.target_oracle if e.group == "seen"],
+        "mul_acc_unseen": [e for e in data.target_oracle if e.group == "unseen"],
+    }
+    limit = model.config.max_position_embeddings
+    return {
+        name: metrics.accuracy(
+            score(
+                model,
+                encode_examples(tokenizer, examples, limit),
+                old_vocab=len(tokenizer),
+                pad_id=tokenizer.pad_token_id,
+                batch_size=budget.eval_batch_size,
+            ).hits_old
+        )
+        for name, examples in sets.items()
+    }
+
+
+def compare(
+    local: Mapping[str, torch.Tensor],
+    shipped: Mapping[str, torch.Tensor],
+    local_acc: Mapping[str, float],
+    shipped_acc: Mapping[str, float],
+) -> dict[str, float]:
+    """How far a local build lands from the shipped base: the largest |difference| of any weight, and
+    each accuracy's local − shipped (`<name>_diff`). Arguments: two state dicts, two accuracies()."""
+    if local.keys() != shipped.keys() or any(local[k].shape != shipped[k].shape for k in shipped):
+        raise ClbenchError("the local build's tensors are not the shipped base's: another recipe, not comparable")
+    largest = max((local[k].double() - shipped[k].double()).abs().max().item() for k in shipped)
+    return {"max_abs_weight_diff": largest, **{f"{k}_diff": local_acc[k] - shipped_acc[k] for k in shipped_acc}}
+
+
+def versus_shipped(model, tokenizer) -> list[str]:
+    """A local build beside the shipped base, as lines for `clbench build-base`."""
+    from clbench.models import fingerprint
+
+    shipped, shipped_tokenizer = load_shipped()
+    local_acc, shipped_acc = accuracies(model, tokenizer), accuracies(shipped, shipped_tokenizer)
+    diff = compare(model.state_dict(), shipped.state_dict(), local_acc, shipped_acc)
+    lines = [
+        f"local build: fingerprint {fingerprint(model)}; shipped base: {SHIPPED_FINGERPRINT}",
+        f"largest weight difference: {diff['max_abs_weight_diff']:.3g}",
+    ]
+    lines += [
+        f"{name}: local {local_acc[name]:.3f}, shipped {shipped_acc[name]:.3f} ({diff[name + '_diff']:+.3f})"
+        for name in shipped_acc
+    ]
+    lines.append("runs use the shipped base (builtin:arith-llama); --model builtin:arith-local uses this build")
+    return lines

@@ -254,7 +254,11 @@ def build_parser() -> Parser:
         "--token-env", metavar="NAME", help="read the hub token from $NAME (default: HF_TOKEN or a saved login)"
     )
 
-    base = commands.add_parser("build-base", help="build (or rebuild with --force) the local arithmetic base model")
+    base = commands.add_parser(
+        "build-base",
+        help="build the arithmetic base's recipe here (builtin:arith-local; --force rebuilds) and compare it "
+        "with the shipped base (builtin:arith-llama)",
+    )
     base.add_argument("--force", action="store_true")
     return parser
 
@@ -583,9 +587,10 @@ def cmd_report(args) -> int:
 
 
 def cmd_build_base(args) -> int:
-    from clbench.arith_llama import load_or_build
+    from clbench import arith_llama
 
-    load_or_build(force=args.force)
+    model, tokenizer = arith_llama.load_or_build(force=args.force)
+    print("\n".join(arith_llama.versus_shipped(model, tokenizer)))
     return 0
 
 

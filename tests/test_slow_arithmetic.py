@@ -1,4 +1,4 @@
-"""The paper's arithmetic result on the real local base model (builds it: ~90 s on 2 cores)."""
+"""The paper's arithmetic result on the shipped arithmetic base (builtin:arith-llama)."""
 
 import pytest
 
