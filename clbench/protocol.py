@@ -60,6 +60,7 @@ class Session:
     # the expanded model before any training is the same for every method (expand() precedes setup()),
     # so its target scores are too: one scoring per (base, data, init, seed) rather than per method
     init_scores: dict[tuple, Scores] = field(default_factory=dict)
+    oracle_encodings: dict[tuple, list[Encoded]] = field(default_factory=dict)
 
     def base(self, ref: str) -> Base:
         if ref not in self.bases:
@@ -118,9 +119,12 @@ class Session:
             )
         return self.base_positions[key]
 
-    @staticmethod
-    def oracle_encoded(base: Base, data: TaskData) -> list[Encoded]:
-        return encode_examples(base.tokenizer, data.target_oracle, base.max_length)
+    def oracle_encoded(self, base: Base, data: TaskData) -> list[Encoded]:
+        """The target set's oracle version under the base tokenizer, encoded once per (base, data)."""
+        key = (base.fingerprint, data.fingerprint())
+        if key not in self.oracle_encodings:
+            self.oracle_encodings[key] = encode_examples(base.tokenizer, data.target_oracle, base.max_length)
+        return self.oracle_encodings[key]
 
     def target_of_base(self, base: Base, data: TaskData, batch_size: int, *, oracle: bool = False) -> Scores:
         """The target set, or its oracle version, scored by the unexpanded base with its own tokenizer:

@@ -76,3 +76,13 @@ def test_the_at_init_scores_are_made_once_per_seed_and_shared_by_methods():
         assert {k: v for k, v in shared[name].items() if k not in TIMING} == {
             k: v for k, v in alone[name].items() if k not in TIMING
         }
+
+
+def test_the_oracle_text_is_encoded_once_per_base_and_data():
+    session = Session()
+    for name in ("et", "fft"):
+        evaluate(name, True, reuse=True, data=with_oracle(), session=session)
+    assert len(session.oracle_encodings) == 1
+    ((_, first),) = session.oracle_encodings.items()
+    assert session.oracle_encoded(tiny_base(True), with_oracle()) is first  # the same base and data, reloaded
+    assert len(first) == len(with_oracle().target_oracle)
