@@ -85,6 +85,23 @@ def diagonal_fisher(model, examples: list[Encoded], *, vocab_limit: int) -> dict
     return {name: f / len(examples) for name, f in fisher.items()}
 
 
+class Pull(torch.autograd.Function):
+    """Σ F (θ − θ*)² of one weight, its gradient 2 F (θ − θ*) computed in backward from θ, θ* and F
+    themselves. Plain autograd would keep (θ − θ*) alive from the penalty's forward to the backward:
+    one more copy of every weight (measured on SmolLM2-135M: ewc's resident set 2.7× the weights
+    above replay's, the same training without the penalty)."""
+
+    @staticmethod
+    def forward(ctx, p, anchor, fisher):
+        ctx.save_for_backward(p, anchor, fisher)  # tensors that live anyway: nothing new is kept
+        return torch.einsum("...,...->", fisher, (p - anchor).square())
+
+    @staticmethod
+    def backward(ctx, grad):
+        p, anchor, fisher = ctx.saved_tensors
+        return 2 * grad * fisher * (p - anchor), None, None
+
+
 class EWC:
     def __init__(self, model, expansion, config: EWCConfig):
         model.float().requires_grad_(True)  # float32 masters, as in fft
@@ -106,7 +123,7 @@ class EWC:
         return train
 
     def penalty(self) -> torch.Tensor:
-        return self.config.lam / 2 * sum((f * (p - anchor).square()).sum() for p, anchor, f in self.anchors)
+        return self.config.lam / 2 * sum(Pull.apply(p, anchor, f) for p, anchor, f in self.anchors)
 
     def finalize(self):
         return self.model

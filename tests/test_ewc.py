@@ -197,3 +197,27 @@ def test_ewc_refuses_a_task_without_replay_text():
         ClbenchError, match="^method 'ewc' needs old text to estimate its Fisher on: the task has no replay_text$"
     ):
         adapt_and_evaluate(tiny_plan(base, data, spec.config(), budget), method=spec, session=Session())
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
+def test_the_penalty_keeps_no_copy_of_the_weights_for_its_backward(tied):
+    lam = 250.0
+    adapter, model, _, _ = ewc_adapter(tied, lam)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.01)
+    live = {t.untyped_storage().data_ptr() for _, anchor, f in adapter.anchors for t in (anchor, f)}
+    live |= {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(
+        lambda t: saved.append(t.untyped_storage().data_ptr()) or t, lambda t: t
+    ):
+        penalty = adapter.penalty()
+    assert saved and set(saved) <= live  # the graph holds θ, θ* and F themselves, no (θ − θ*)
+    penalty.backward()
+    # the same value and gradient as autograd through the plain expression, to float rounding
+    plain = lam / 2 * sum((f * (p - anchor).square()).sum() for p, anchor, f in adapter.anchors)
+    assert penalty.item() == pytest.approx(plain.item(), rel=1e-6)
+    params = [p for p, _, _ in adapter.anchors]
+    for p, expected in zip(params, torch.autograd.grad(plain, params), strict=True):
+        torch.testing.assert_close(p.grad, expected, rtol=1e-6, atol=1e-12)
