@@ -140,7 +140,12 @@ def train(
             parallel.backward(loss, extra)
             grad_norm = parallel.clip_grad_norm_(max_grad_norm)
         else:
-            (loss if extra is None else loss + extra).backward()
+            loss.backward()
+            if extra is not None and extra.requires_grad:
+                # its own pass, after the task's: backpropagated with the loss, every weight's penalty gradient
+                # (made first: the penalty sits next to the loss in the graph) waited in autograd's buffers for the
+                # task gradient of the same weight, one more copy of the weights (ewc on SmolLM2-135M)
+                extra.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
         if not torch.isfinite(grad_norm):
             raise DivergedError(f"non-finite gradient norm at step {step}")

@@ -172,6 +172,36 @@ def test_train_adds_the_penalty_to_the_update_but_reports_the_task_loss():
         run(lambda params: torch.tensor(float("inf")))
 
 
+def test_the_penalty_is_backpropagated_after_the_task_gradient_is_complete():
+    # so no penalty gradient waits in autograd's buffers for the task's gradient of its weight (a copy of the weights)
+    model, tokenizer, _ = expanded(tied=False)
+    params = list(model.parameters())
+    seen = []
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, weight):
+            return weight.sum()
+
+        @staticmethod
+        def backward(ctx, grad):
+            seen.append(all(p.grad is not None for p in params))  # the task's backward has reached every weight
+            return grad * torch.ones_like(params[-1])
+
+    train(
+        model,
+        [{"params": params}],
+        encode_examples(tokenizer, tiny_data().train, 32),
+        steps=2,
+        batch_size=4,
+        lr=1e-2,
+        seed=0,
+        pad_id=tokenizer.pad_token_id,
+        penalty=lambda: Probe.apply(params[-1]),
+    )
+    assert seen == [True, True]
+
+
 def test_a_huge_lambda_keeps_old_text_where_fft_loses_it():
     base, data = tiny_base(tied=False), tiny_data()
     budget = Budget(n_train=6, steps=30, batch_size=4, eval_batch_size=8)
