@@ -11,16 +11,23 @@ those over the old output rows.
 Where the task knows what each new token stands for (TaskData.meaning: pseudowords' dictionaries),
 every run also stores how well its learned input row recovers that truth (meaning_recovery), and
 explain prints the truth under each decomposition. The rules:
-- space: the learned input row against the base's old input rows, the dictionary the
-  decomposition above uses (for fft and the like, the base's rows, not the adapted ones);
+- space: the learned input row against the base's old input rows (for fft and the like, the
+  base's rows, not the adapted ones), both CENTRED: minus the mean of the old rows. Uncentred,
+  cosine ranks measure closeness to the mean row, not meaning: a new row starts at the mean plus
+  noise, and on SmolLM2-135M frequent words are the old rows least like the mean, so an untrained
+  row ranked its true (common) words ~48,400th of 49,152, far below chance (~24,600). Centred, an
+  untrained row reads at chance and the ranks measure the direction training added;
 - a true word is the base token it would be as text: " " + word where the task's new tokens are
   whole words (they absorb the space before them, so the word they replace carries it), the word
   itself otherwise. Only a word that is ONE base token is scored; one that splits into several
   pieces is left out (counted apart: meaning_words_scored of all);
 - recall@s: with s = the number of true words of the token (the task's dictionary_size), the share
-  of its scored true words among the s atoms OMP chooses; mean over tokens with a scored word;
+  of its scored true words among the s atoms OMP chooses (in the centred space); mean over tokens
+  with a scored word;
 - rank: 1 + the number of old rows with a strictly higher cosine to the row (1 = nearest);
-  median over every scored (token, word) pair.
+  median over every scored (token, word) pair. Chance is (V + 1) / 2 for V old rows.
+The nearest rows and the decomposition explain prints above the truth are the paper's reading,
+uncentred: the row itself as a combination of old rows.
 """
 
 from __future__ import annotations
@@ -94,7 +101,15 @@ class Recovery:
         return sum(scored) / len(scored) if scored else None
 
 
+def centred(dictionary: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The recovery space (module docstring): the dictionary minus its mean row, and that mean (float64)."""
+    atoms = dictionary.detach().double().cpu()
+    mean = atoms.mean(dim=0)
+    return atoms - mean, mean
+
+
 def recover(row: torch.Tensor, dictionary: torch.Tensor, words: list[str], ids: list[int | None]) -> Recovery:
+    """Ranks and OMP recall of the true words in the space given: callers pass centred() rows."""
     atoms, x = dictionary.detach().double().cpu(), row.detach().double().cpu()
     cosine = (atoms @ x) / (atoms.norm(dim=1) * x.norm()).clamp_min(1e-300)
     chosen = set(omp(atoms, x, len(words)).indices)
@@ -119,23 +134,30 @@ def meaning_recovery(base, model, data) -> dict[str, float]:
         return {}
     old_vocab = len(base.tokenizer)
     rows = model.get_input_embeddings().weight[old_vocab : old_vocab + len(data.new_tokens)]
-    dictionary = base.model.get_input_embeddings().weight[:old_vocab].detach().double().cpu()  # converted once
+    return rows_recovery(base, rows, data.new_tokens, data.meaning, whole_words=data.whole_word_tokens)
+
+
+@torch.no_grad()
+def rows_recovery(base, rows, tokens: list[str], meaning: dict[str, list[str]], *, whole_words: bool) -> dict:
+    """meaning_recovery of new input rows as a rows file keeps them (load_new_rows, load_meaning)."""
+    dictionary, mean = centred(base.model.get_input_embeddings().weight[: len(base.tokenizer)])  # once
     recoveries = [
-        recover(row, dictionary, words, word_ids(base.tokenizer, words, whole_words=data.whole_word_tokens))
-        for row, words in ((row, data.meaning.get(token, [])) for row, token in zip(rows, data.new_tokens))
+        recover(row.double().cpu() - mean, dictionary, words, word_ids(base.tokenizer, words, whole_words=whole_words))
+        for row, words in ((row, meaning.get(token, [])) for row, token in zip(rows, tokens))
         if words
     ]
     return recovery_metrics(recoveries)
 
 
 def describe_truth(recovery: Recovery, names: list[str]) -> str:
-    """The truth beside a decomposition: each true word's rank by cosine, ✓ if OMP chose it."""
+    """The truth beside a decomposition: each true word's rank by cosine, ✓ if OMP chose it, both in
+    the centred space (module docstring), so the ✓ atoms need not be the printed decomposition's."""
     parts = [
         f"{w!r} not one token" if i is None else f"{w!r} ({names[i]!r}) rank {rank}{' ✓' if chosen else ''}"
         for w, i, rank, chosen in zip(recovery.words, recovery.ids, recovery.ranks, recovery.chosen)
     ]
     recall = "" if recovery.recall is None else f"; recall@{len(recovery.words)} {recovery.recall:.2f}"
-    return "truth: " + ", ".join(parts) + recall
+    return "truth (centred): " + ", ".join(parts) + recall
 
 
 def describe_rows(
@@ -153,6 +175,7 @@ def describe_rows(
     with meaning (token → true words) and truth (token → their word_ids), a line of the truth."""
     lines = []
     dictionary = dictionary.detach().double().cpu()  # once, not once per row
+    space, mean = centred(dictionary) if meaning else (None, None)
     for token, row in zip(tokens, rows):
         close = ", ".join(f"{names[i]!r} {cosine:.3f}" for i, cosine in nearest(dictionary, row, k))
         fit = omp(dictionary, row, s)
@@ -162,7 +185,7 @@ def describe_rows(
         lines.append(f"{token}  nearest (cosine): {close}")
         lines.append(f"{' ' * len(token)}  ≈ {terms.removeprefix('+ ')}   (residual {fit.residual:.3f})")
         if meaning and meaning.get(token):
-            found = recover(row, dictionary, meaning[token], truth[token])
+            found = recover(row.double().cpu() - mean, space, meaning[token], truth[token])
             lines.append(f"{' ' * len(token)}  {describe_truth(found, names)}")
     return lines
 

@@ -300,12 +300,12 @@ register_metric(
 register_metric(
     "meaning_recall_at_s",
     higher_is_better=True,
-    definition="share of a new token's true words (those that are one base token) among the s atoms of its learned input row's OMP decomposition over the old input rows, s = its number of true words; mean over new tokens",
+    definition="share of a new token's true words (those that are one base token) among the s atoms of its learned input row's OMP decomposition over the old input rows, s = its number of true words, all rows centred (minus the old rows' mean); mean over new tokens",
 )
 register_metric(
     "meaning_rank_median",
     higher_is_better=False,
-    definition="rank (1 = nearest) of each true word among the old input rows by cosine to the learned input row; median over every scored (token, word) pair",
+    definition="rank (1 = nearest) of each true word among the old input rows by cosine to the learned input row, all rows centred (minus the old rows' mean), so an untrained row reads at chance, (V + 1) / 2 of V old rows; median over every scored (token, word) pair",
 )
 register_metric(
     "meaning_words_scored",

@@ -13,6 +13,7 @@ from test_methods import tiny_base
 from clbench.arith import char_tokenizer
 from clbench.data import TaskData
 from clbench.explain import (
+    centred,
     describe_rows,
     describe_truth,
     meaning_recovery,
@@ -42,8 +43,8 @@ def test_ranks_by_cosine_and_recall_among_the_omp_atoms():
         "meaning_rank_median": 2,
     }
     assert recovery_metrics([unscored]) == {"meaning_words_scored": 0.0}
-    assert describe_truth(first, NAMES) == "truth: 'a' ('a') rank 2 ✓, 'b' ('b') rank 4; recall@2 0.50"
-    assert describe_truth(second, NAMES) == "truth: 'b' ('b') rank 1 ✓, 'zz' not one token; recall@2 1.00"
+    assert describe_truth(first, NAMES) == "truth (centred): 'a' ('a') rank 2 ✓, 'b' ('b') rank 4; recall@2 0.50"
+    assert describe_truth(second, NAMES) == "truth (centred): 'b' ('b') rank 1 ✓, 'zz' not one token; recall@2 1.00"
 
 
 def test_a_rank_counts_only_strictly_closer_rows():
@@ -67,7 +68,9 @@ def test_explain_prints_the_truth_under_the_decomposition():
     assert lines[:3] == [
         "<x>  nearest (cosine): 'c' 0.832",
         "     ≈ 3·'c'   (residual 0.555)",
-        "     truth: 'a' ('a') rank 2 ✓, 'b' ('b') rank 4; recall@2 0.50",
+        # centred (mean row [.5, .5, .25]): cosines c .478, a .131, d −.079, b −.709; OMP (|cosine|)
+        # chooses b first (with a negative weight), then a
+        "     truth (centred): 'a' ('a') rank 2 ✓, 'b' ('b') rank 4 ✓; recall@2 1.00",
     ]
     assert len(lines) == 5  # <y> has no known meaning: no truth line
 
@@ -78,8 +81,13 @@ def test_meaning_recovery_of_an_adapted_model():
     old = len(base.tokenizer)
     model.resize_token_embeddings(old + 2)
     star = base.tokenizer.convert_tokens_to_ids("*")
+    with torch.no_grad():  # a large common component, as SmolLM2's rows have: raw cosine sees only it
+        base.model.get_input_embeddings().weight += 1.0
+    rows, mean = centred(base.model.get_input_embeddings().weight)
+    row = mean + 0.1 * rows[star]  # the mean row plus a tenth of '*''s centred row: '*' in the centred space
     with torch.no_grad():
-        model.get_input_embeddings().weight[old] = 2 * base.model.get_input_embeddings().weight[star]
+        model.get_input_embeddings().weight[old] = row.float()
+    assert recover(row, base.model.get_input_embeddings().weight, ["*"], [star]).ranks == [4]  # uncentred
     data = TaskData(["<m>", "<n>"], [], [], [], meaning={"<m>": ["*"], "<n>": ["12"]})
     assert meaning_recovery(base, model, data) == {
         "meaning_words_scored": 1.0,  # '12' is two characters: not scored
@@ -97,3 +105,17 @@ def test_a_rows_file_keeps_the_truth_for_explain(tmp_path, whole_words):
     path = tmp_path / "rows.safetensors"
     save_new_rows(path, base.model, len(base.tokenizer) - 1, ["<m>"], {"<m>": ["*"]}, whole_words)
     assert load_meaning(path) == ({"<m>": ["*"]}, whole_words)
+
+
+def test_centred_an_untrained_row_reads_at_chance():
+    """A row at the mean plus noise v and its mirror (mean − v) rank every word at V + 1 in sum,
+    so at (V + 1) / 2 on average: chance. Uncentred, both sit near the mean and rank alike."""
+    base = tiny_base(tied=False)
+    weight = base.model.get_input_embeddings().weight.detach().double()
+    rows, mean = centred(weight)
+    noise = 1e-6 * torch.randn(weight.shape[1], generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    words, ids = ["*", "1"], [base.tokenizer.convert_tokens_to_ids(w) for w in ["*", "1"]]
+    up, down = (recover(sign * noise, rows, words, ids) for sign in (1, -1))
+    assert [a + b for a, b in zip(up.ranks, down.ranks)] == [len(weight) + 1] * 2
+    raw_up, raw_down = (recover(mean + sign * noise, weight, words, ids) for sign in (1, -1))
+    assert raw_up.ranks == raw_down.ranks  # uncentred: the mean's ranks, whatever the noise
