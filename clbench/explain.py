@@ -157,7 +157,7 @@ def describe_truth(recovery: Recovery, names: list[str]) -> str:
         for w, i, rank, chosen in zip(recovery.words, recovery.ids, recovery.ranks, recovery.chosen)
     ]
     recall = "" if recovery.recall is None else f"; recall@{len(recovery.words)} {recovery.recall:.2f}"
-    return "truth (centred): " + ", ".join(parts) + recall
+    return "truth (centred): " + ", ".join(parts) + recall + f"; chance rank {(len(names) + 1) / 2:g}"
 
 
 def describe_rows(

@@ -43,8 +43,13 @@ def test_ranks_by_cosine_and_recall_among_the_omp_atoms():
         "meaning_rank_median": 2,
     }
     assert recovery_metrics([unscored]) == {"meaning_words_scored": 0.0}
-    assert describe_truth(first, NAMES) == "truth (centred): 'a' ('a') rank 2 ✓, 'b' ('b') rank 4; recall@2 0.50"
-    assert describe_truth(second, NAMES) == "truth (centred): 'b' ('b') rank 1 ✓, 'zz' not one token; recall@2 1.00"
+    assert (
+        describe_truth(first, NAMES)
+        == "truth (centred): 'a' ('a') rank 2 ✓, 'b' ('b') rank 4; recall@2 0.50; chance rank 2.5"
+    )
+    assert describe_truth(second, NAMES) == (
+        "truth (centred): 'b' ('b') rank 1 ✓, 'zz' not one token; recall@2 1.00; chance rank 2.5"
+    )
 
 
 def test_a_rank_counts_only_strictly_closer_rows():
@@ -70,7 +75,7 @@ def test_explain_prints_the_truth_under_the_decomposition():
         "     ≈ 3·'c'   (residual 0.555)",
         # centred (mean row [.5, .5, .25]): cosines c .478, a .131, d −.079, b −.709; OMP (|cosine|)
         # chooses b first (with a negative weight), then a
-        "     truth (centred): 'a' ('a') rank 2 ✓, 'b' ('b') rank 4 ✓; recall@2 1.00",
+        "     truth (centred): 'a' ('a') rank 2 ✓, 'b' ('b') rank 4 ✓; recall@2 1.00; chance rank 2.5",
     ]
     assert len(lines) == 5  # <y> has no known meaning: no truth line
 
