@@ -149,7 +149,7 @@ CREATE TABLE IF NOT EXISTS tuned (
     objective VARCHAR NOT NULL,   -- the validation metric minimised (the task's tune_metric)
     lr DOUBLE NOT NULL,           -- the choice: lowest mean objective over the seeds; ties to the smaller lr
     score DOUBLE NOT NULL,        -- its mean objective
-    search JSON NOT NULL,         -- [{{lr, seeds, mean, values, run_ids}}] for every grid point, in grid order
+    search JSON NOT NULL,         -- [{{lr, seeds, mean, values, run_ids}}] for every point searched, by lr
     chosen_at TIMESTAMP NOT NULL
 );
 CREATE OR REPLACE VIEW results AS
@@ -378,6 +378,17 @@ class Store:
                 [row[c] for c in columns],
             )
             db.execute("COMMIT")
+
+    def tuned_search(self, tune_key: str) -> list[dict]:
+        """The search stored with a tuning choice; [] where none is stored."""
+        if not self.path.exists():
+            return []
+        with self._connect(read_only=True) as db:
+            try:
+                row = db.execute("SELECT search FROM tuned WHERE tune_key = ?", [tune_key]).fetchone()
+            except duckdb.CatalogException:
+                return []
+        return json.loads(row[0]) if row else []
 
     def tuned_lr(self, tune_key: str) -> float | None:
         if not self.path.exists():

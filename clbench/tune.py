@@ -11,7 +11,9 @@ Those runs are stored like any other, with config.split = "validation" (so tunin
 choice is the lr with the lowest mean of the task's `tune_metric` over the seeds; ties go to the
 smaller lr; a point that diverged, or scored non-finite, is never chosen. The choice and its whole
 search are stored in the `tuned` table, keyed by everything the run depends on but lr and seed,
-so `clbench run --tuned` applies it exactly where it was made.
+so `clbench run --tuned` applies it exactly where it was made. A later `tune` of the same key
+extends the stored search: its points on the same seeds are kept beside the new grid's, so
+`--grid 1e-2` past an edge chooses among every point searched, not that one alone.
 """
 
 from __future__ import annotations
@@ -101,10 +103,12 @@ def tune(
                 }
             )
             log(f"  tune {task.name} × {method.name}: lr {lr:g}  validation {objective} {mean(values):.4f}")
+        key = tune_key(planned[method.name].config, options)
+        search = extended(store.tuned_search(key), search, log=log)
         best = choose(search)
         store.record_tuned(
             {
-                "tune_key": tune_key(planned[method.name].config, options),
+                "tune_key": key,
                 "task": task.name,
                 "method": method.name,
                 "model": planned[method.name].base.ref,
@@ -117,6 +121,18 @@ def tune(
         )
         choices.append(Choice(method.name, best["lr"], best["mean"], objective, search))
     return choices
+
+
+def extended(stored: list[dict], search: list[dict], log=lambda message: None) -> list[dict]:
+    """search plus the stored points of lrs it lacks that were run on the same seeds, by lr. Pure."""
+    searched = {point["lr"] for point in search}
+    seeds = search[0]["seeds"]
+    kept = [p for p in stored if p["lr"] not in searched and p["seeds"] == seeds]
+    if kept:
+        log(f"  the stored search's {len(kept)} other point(s) on seeds {seeds} join the choice")
+    if len(kept) < len([p for p in stored if p["lr"] not in searched]):
+        log("  stored points on other seeds are dropped from the search")
+    return sorted(search + kept, key=lambda point: point["lr"])
 
 
 def _value(store: Store, run_id: str, metric: str) -> float:

@@ -13,7 +13,7 @@ from clbench.errors import ClbenchError
 from clbench.protocol import Session, validation_data
 from clbench.store import Store
 from clbench.taskspec import load_tasks
-from clbench.tune import choose
+from clbench.tune import choose, extended
 
 GRID = "0.001,0.03"
 
@@ -24,6 +24,28 @@ def test_choose_takes_the_lowest_finite_mean_and_ties_go_to_the_smaller_lr():
     assert choose([{"lr": 1.0, "mean": 0.5}, {"lr": 0.1, "mean": 0.7}])["lr"] == 1.0
     with pytest.raises(ClbenchError, match="every learning rate of the grid diverged"):
         choose([{"lr": 1.0, "mean": math.inf}])
+
+
+def test_a_search_extends_the_stored_one_on_the_same_seeds():
+    point = lambda lr, mean, seeds=(0,): {"lr": lr, "mean": mean, "seeds": list(seeds)}
+    stored = [point(0.01, 0.5), point(0.1, 0.2), point(1.0, 0.1, seeds=(0, 1))]
+    # 0.1 is searched again (the new value wins); 1.0 was run on other seeds: not comparable, dropped
+    assert extended(stored, [point(0.1, 0.3), point(0.3, 0.4)]) == [point(0.01, 0.5), point(0.1, 0.3), point(0.3, 0.4)]
+    assert extended([], [point(0.3, 0.4)]) == [point(0.3, 0.4)]
+
+
+def test_tune_past_an_edge_chooses_among_every_point_searched(tiny_cli, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("CLBENCH_CACHE", str(tmp_path / "cache"))
+    db = tmp_path / "r.duckdb"
+    tune = ["tune", "--task", TASK, "--task-dir", str(tiny_cli.tasks), "--db", str(db), "--method", "et"]
+    assert main([*tune, "--grid", "0.03"]) == 0
+    assert main([*tune, "--grid", "0.001"]) == 0
+    assert "the stored search's 1 other point(s) on seeds [0] join the choice" in capsys.readouterr().err
+    tuned = Store(db).query("SELECT lr, score, search FROM tuned")
+    search = json.loads(tuned.search[0])
+    assert [p["lr"] for p in search] == [0.001, 0.03]
+    best = min(search, key=lambda p: p["mean"])
+    assert (tuned.lr[0], tuned.score[0]) == (best["lr"], best["mean"])
 
 
 def test_the_validation_split_is_disjoint_from_everything_reported(tiny_cli):
