@@ -269,6 +269,16 @@ register_metric(
 )
 register_metric("target_top1_oracle", higher_is_better=True, definition="target_top1 of the oracle reference")
 register_metric(
+    "target_acc_nolearn",
+    higher_is_better=True,
+    definition="target_acc of the no-learning reference (tasks scored by exact match)",
+)
+register_metric(
+    "target_acc_oracle",
+    higher_is_better=True,
+    definition="target_acc of the oracle reference (tasks scored by exact match): arithmetic, the base's accuracy on a*b",
+)
+register_metric(
     "gap_closed",
     higher_is_better=True,
     definition="(target_loss_nolearn − target_loss) / (target_loss_nolearn − target_loss_oracle): 0 learned nothing, 1 as good as the base reading the meaning; >1 beats it, <0 worse than not learning",

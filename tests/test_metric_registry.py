@@ -84,6 +84,8 @@ def test_directions_are_the_ones_before_the_registry():
         "target_top1",
         "target_top1_nolearn",
         "target_top1_oracle",
+        "target_acc_nolearn",
+        "target_acc_oracle",
         # added with dictionary recovery (issue 14)
         "meaning_recall_at_s",
         "meaning_words_scored",
@@ -92,7 +94,8 @@ def test_directions_are_the_ones_before_the_registry():
     }
     # + gap_closed_se, word_gap_se; + new_token_{recall,false_use};
     # + 1 lower-is-better: peak_rss_increase_mb (a CPU run's own peak memory, issue 13)
-    assert len(M.METRICS.names()) == 29 + 13 + 3 + 2 + 2 + 1
+    # + target_acc_{nolearn,oracle}: the references of an exact-match task (the paper's base a*b accuracy)
+    assert len(M.METRICS.names()) == 29 + 13 + 3 + 2 + 2 + 1 + 2
 
 
 def test_a_family_member_inherits_its_familys_declaration():

@@ -51,6 +51,8 @@ def test_every_run_stores_its_references(tiny_cli, tmp_path, monkeypatch):
     assert values["target_loss_nolearn"] == nolearn.loss_old
     assert values["target_loss_oracle"] == oracle.loss_old
     assert values["target_top1_oracle"] == M.accuracy(oracle.top1_old)
+    assert values["target_acc_oracle"] == M.accuracy(oracle.hits_old)  # an exact-match task
+    assert values["target_acc_nolearn"] == M.accuracy(nolearn.hits_old)
     # the random tiny model reads `*` no better than <unk>: no gap, so no gap_closed (see the pure test above)
     assert oracle.loss_old >= nolearn.loss_old and "gap_closed" not in values
     assert values["word_gap"] == values["target_loss"] - values["target_loss_oracle_adapted"]
@@ -64,7 +66,7 @@ def scores(n_old, n_full, loss=2.0):
     """Two examples alike: every bootstrap resample has the same loss, so every *_se is 0."""
     hits = torch.tensor([True, False])
     half = torch.tensor([n_old / 2, n_old / 2], dtype=torch.float64)
-    fields = {"n_old": n_old, "n_full": n_full, "loss_old": loss, "top1_old": hits}
+    fields = {"n_old": n_old, "n_full": n_full, "loss_old": loss, "top1_old": hits, "hits_old": hits[:1]}
     return type("S", (), fields | {"example_nll_old": loss * half, "example_n_old": half})()
 
 
@@ -89,6 +91,22 @@ def test_references_where_the_task_knows_the_meaning():
         "word_gap": 0.5,
         "word_gap_se": 0.0,
     }
+
+
+def test_an_exact_match_task_adds_the_references_accuracy():
+    values = reference_metrics(
+        target=scores(10, 10),
+        no_learning=scores(10, 10),
+        oracle=scores(10, 10),
+        adapted_oracle=None,
+        target_bytes=40,
+        exact_match=True,
+    )
+    # hits_old: one example, right (the helper's): accuracy 1 for both references
+    assert (values["target_acc_nolearn"], values["target_acc_oracle"]) == (1.0, 1.0)
+    assert "target_acc_oracle" not in reference_metrics(
+        target=scores(10, 10), no_learning=scores(10, 10), oracle=None, adapted_oracle=None, target_bytes=40
+    )
 
 
 def test_references_skip_per_token_losses_where_completions_tokenize_differently():
