@@ -98,14 +98,45 @@ def n_star(points: Mapping[int, float], fraction: float = TARGET_GAP) -> int | N
     return min(reached) if reached else None
 
 
+def n_star_between(points: Mapping[int, float], fraction: float = TARGET_GAP) -> float | None:
+    """N* read between the grid's points: at n_star's first crossing, the N where the straight line
+    from the last point below to the first point reaching `fraction` crosses it, in log N (the grid
+    is geometric; gap_closed rises about linearly in log N). The smallest N itself where it already
+    reaches (N* is at most that); None where not reached; NaN points are left out."""
+    curve = sorted((n, v) for n, v in points.items() if not math.isnan(v))
+    for i, (n, value) in enumerate(curve):
+        if value >= fraction:
+            if i == 0:
+                return float(n)
+            n0, v0 = curve[i - 1]
+            share = (fraction - v0) / (value - v0)
+            return math.exp(math.log(n0) + share * (math.log(n) - math.log(n0)))
+    return None
+
+
+def growth_exponent(n_stars: Mapping[int, float | None]) -> float:
+    """b of N* ∝ s^b: the least-squares slope of ln N* on ln s over the s whose N* was reached; NaN
+    with fewer than two. b = 1 is the law's linear growth in s, b = 0 no growth."""
+    points = [(math.log(s), math.log(n)) for s, n in n_stars.items() if n is not None]
+    if len(points) < 2:
+        return math.nan
+    mx, my = (sum(c) / len(points) for c in zip(*points))
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    return sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else math.nan
+
+
 def n_star_table(table: pd.DataFrame, by: list[str] | tuple, fraction: float = TARGET_GAP) -> pd.DataFrame:
-    """N* per (method, *by) from curve()'s table (its gap_closed column); None where not reached."""
-    keys, stars = [], []
+    """N* (n_star) and N* between the grid's points (n_star_between) per (method, *by) from curve()'s
+    table (its gap_closed column); None where not reached."""
+    keys, stars, between = [], [], []
     for key, group in table["gap_closed"].reset_index().groupby(["method", *by], sort=True):
         keys.append(key)
-        stars.append(n_star(dict(zip(group.n_train, group.gap_closed)), fraction))
+        points = dict(zip(group.n_train, group.gap_closed))
+        stars.append(n_star(points, fraction))
+        between.append(n_star_between(points, fraction))
     frame = pd.DataFrame(keys, columns=["method", *by])
     frame["n_star"] = pd.Series(stars, dtype=object)  # object: None stays None, not NaN
+    frame["n_star_between"] = pd.Series(between, dtype=object)
     return frame
 
 
@@ -155,4 +186,10 @@ def law_report(stars: pd.DataFrame, vocab: int, fraction: float = TARGET_GAP) ->
             lines.append(f"  N* ≈ {fit.c:.4g}·s·ln T  (least squares through the origin; rms residual {rms:.1f})")
         else:
             lines.append("  no fit: N* reached for no s")
+        if "n_star_between" in part:
+            between = dict(zip(part[LAW_PARAM], part.n_star_between))
+            shown = ", ".join(f"s = {s}: {'—' if n is None else f'{n:.3g}'}" for s, n in between.items())
+            b = growth_exponent(between)
+            lines.append(f"  N* between the grid's points (log-linear): {shown}")
+            lines.append(f"  N* ∝ s^b with b = {b:.2f} from those (b = 1: the law's linear growth in s; 0: none)")
     return "\n".join(lines)

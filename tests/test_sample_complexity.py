@@ -12,7 +12,16 @@ from tiny_setup import TASK
 
 from clbench.cli import main
 from clbench.store import Store
-from clbench.sweep import fit_law, grid, law_report, n_star, n_star_table, through_origin
+from clbench.sweep import (
+    fit_law,
+    grid,
+    growth_exponent,
+    law_report,
+    n_star,
+    n_star_between,
+    n_star_table,
+    through_origin,
+)
 
 
 def test_n_star_is_the_first_n_that_reaches_the_fraction():
@@ -22,6 +31,22 @@ def test_n_star_is_the_first_n_that_reaches_the_fraction():
     assert n_star(curve, 0.95) is None  # not reached within the sweep
     assert n_star({64: 0.9, 8: 0.6}, 0.5) == 8  # the smallest N, whatever order the points come in
     assert n_star({8: math.nan, 16: 0.5}) == 16  # the default fraction is 0.5; NaN never reaches
+
+
+def test_n_star_between_the_grid_points_is_read_on_a_log_n_line():
+    # 0.5 lies a quarter of the way from 0.4 (N = 16) to 0.8 (N = 64): 16 · 4^0.25 = 16·√2
+    assert n_star_between({8: 0.1, 16: 0.4, 64: 0.8}, 0.5) == pytest.approx(16 * 2**0.5)
+    assert n_star_between({16: 0.4, 32: 0.5}, 0.5) == pytest.approx(32.0)  # a point on the fraction is N*
+    assert n_star_between({16: 0.6, 32: 0.9}, 0.5) == 16.0  # already reached: at most the smallest N
+    assert n_star_between({16: 0.1, 32: 0.4}, 0.5) is None
+    assert n_star_between({8: math.nan, 16: 0.2, 32: 0.6}, 0.5) == pytest.approx(16 * 2**0.75)
+
+
+def test_growth_exponent_is_the_slope_in_log_log():
+    assert growth_exponent({1: 10, 2: 20, 4: 40}) == pytest.approx(1.0)  # linear in s
+    assert growth_exponent({1: 64, 8: 64}) == pytest.approx(0.0)
+    assert growth_exponent({1: 10, 4: 20, 8: None}) == pytest.approx(0.5)  # unreached s left out
+    assert math.isnan(growth_exponent({1: 10, 2: None}))
 
 
 def test_fit_through_the_origin_and_its_residuals():
@@ -47,9 +72,9 @@ def test_the_n_star_table_and_the_law_report():
     table = pd.DataFrame({"gap_closed": [0.7, 0.9, 0.2, 0.6, 0.1, 0.3]}, index=index)
     stars = n_star_table(table, ["dictionary_size"], 0.5)
     assert stars.to_dict("records") == [
-        {"method": "et", "dictionary_size": 1, "n_star": 8},
-        {"method": "et", "dictionary_size": 2, "n_star": 16},
-        {"method": "et", "dictionary_size": 4, "n_star": None},
+        {"method": "et", "dictionary_size": 1, "n_star": 8, "n_star_between": 8.0},
+        {"method": "et", "dictionary_size": 2, "n_star": 16, "n_star_between": pytest.approx(8 * 2**0.75)},
+        {"method": "et", "dictionary_size": 4, "n_star": None, "n_star_between": None},
     ]
     # c = (1·8 + 2·16) / (5·ln 100) = 8 / ln 100: the line passes through both points
     assert law_report(stars, 100, 0.5).splitlines() == [
@@ -59,6 +84,8 @@ def test_the_n_star_table_and_the_law_report():
         "  s = 2   N* = 16     fit 16.0, residual +0.0",
         "  s = 4   N* = not reached within the sweep",
         "  N* ≈ 1.737·s·ln T  (least squares through the origin; rms residual 0.0)",
+        "  N* between the grid's points (log-linear): s = 1: 8, s = 2: 13.5, s = 4: —",
+        "  N* ∝ s^b with b = 0.75 from those (b = 1: the law's linear growth in s; 0: none)",
     ]
 
 
