@@ -381,24 +381,22 @@ class Store:
 
     def tuned_search(self, tune_key: str) -> list[dict]:
         """The search stored with a tuning choice; [] where none is stored."""
-        if not self.path.exists():
-            return []
-        with self._connect(read_only=True) as db:
-            try:
-                row = db.execute("SELECT search FROM tuned WHERE tune_key = ?", [tune_key]).fetchone()
-            except duckdb.CatalogException:
-                return []
-        return json.loads(row[0]) if row else []
+        row = self._tuned(tune_key)
+        return json.loads(row[1]) if row else []
 
     def tuned_lr(self, tune_key: str) -> float | None:
+        row = self._tuned(tune_key)
+        return row[0] if row else None
+
+    def _tuned(self, tune_key: str) -> tuple | None:
+        """(lr, search JSON) of a stored tuning choice; None where none is stored."""
         if not self.path.exists():
             return None
         with self._connect(read_only=True) as db:
             try:
-                row = db.execute("SELECT lr FROM tuned WHERE tune_key = ?", [tune_key]).fetchone()
+                return db.execute("SELECT lr, search FROM tuned WHERE tune_key = ?", [tune_key]).fetchone()
             except duckdb.CatalogException:
                 return None  # a database from before `tune`, or an empty one
-        return row[0] if row else None
 
     def query(self, sql: str, params: list | None = None) -> pd.DataFrame:
         if not self.path.exists():

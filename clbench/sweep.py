@@ -103,15 +103,13 @@ def n_star_between(points: Mapping[int, float], fraction: float = TARGET_GAP) ->
     from the last point below to the first point reaching `fraction` crosses it, in log N (the grid
     is geometric; gap_closed rises about linearly in log N). The smallest N itself where it already
     reaches (N* is at most that); None where not reached; NaN points are left out."""
-    curve = sorted((n, v) for n, v in points.items() if not math.isnan(v))
-    for i, (n, value) in enumerate(curve):
-        if value >= fraction:
-            if i == 0:
-                return float(n)
-            n0, v0 = curve[i - 1]
-            share = (fraction - v0) / (value - v0)
-            return math.exp(math.log(n0) + share * (math.log(n) - math.log(n0)))
-    return None
+    n = n_star(points, fraction)
+    below = sorted((m, v) for m, v in points.items() if m < n and not math.isnan(v)) if n is not None else []
+    if not below:
+        return None if n is None else float(n)
+    n0, v0 = below[-1]
+    share = (fraction - v0) / (points[n] - v0)
+    return math.exp(math.log(n0) + share * (math.log(n) - math.log(n0)))
 
 
 def growth_exponent(n_stars: Mapping[int, float | None]) -> float:

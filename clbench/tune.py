@@ -127,10 +127,11 @@ def extended(stored: list[dict], search: list[dict], log=lambda message: None) -
     """search plus the stored points of lrs it lacks that were run on the same seeds, by lr. Pure."""
     searched = {point["lr"] for point in search}
     seeds = search[0]["seeds"]
-    kept = [p for p in stored if p["lr"] not in searched and p["seeds"] == seeds]
+    others = [p for p in stored if p["lr"] not in searched]
+    kept = [p for p in others if p["seeds"] == seeds]
     if kept:
         log(f"  the stored search's {len(kept)} other point(s) on seeds {seeds} join the choice")
-    if len(kept) < len([p for p in stored if p["lr"] not in searched]):
+    if len(kept) < len(others):
         log("  stored points on other seeds are dropped from the search")
     return sorted(search + kept, key=lambda point: point["lr"])
 
