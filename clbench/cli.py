@@ -246,6 +246,12 @@ def build_parser() -> Parser:
     export.add_argument("--task", help="only these tasks, comma-separated")
     export.add_argument("--method", help="only these methods, comma-separated")
 
+    merge = commands.add_parser(
+        "merge", help="copy the runs and tuning choices of other results DBs into one (what it lacks)"
+    )
+    merge.add_argument("sources", nargs="+", type=Path, metavar="SOURCE", help="results DBs to read (never written)")
+    merge.add_argument("--db", **db)
+
     push = commands.add_parser("push", help="export every run as Parquet to a Hugging Face hub dataset")
     push.add_argument("--repo", required=True, metavar="ORG/NAME", help="the dataset repo (created if missing)")
     push.add_argument("--db", **db)
@@ -566,6 +572,23 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_merge(args) -> int:
+    from clbench.store import Store, check_merge, merge
+
+    into, sources = Store(args.db), [Store(path) for path in args.sources]
+    for source in sources:  # every source is checked before the first is copied
+        check_merge(into, source)
+    from clbench.tune import merged_search  # imports torch: after the checks, so bad input fails fast
+
+    for source in sources:
+        merged = merge(into, source, combine=merged_search)
+        print(
+            f"{source.path}: {merged.runs} runs copied, {merged.kept} already in {into.path}; "
+            f"{merged.tuned} tuning choices copied or extended, {merged.tuned_kept} kept as they were"
+        )
+    return 0
+
+
 def cmd_push(args) -> int:
     from clbench.export import push
 
@@ -724,6 +747,7 @@ COMMANDS = {
     "leaderboard": cmd_leaderboard,
     "report": cmd_report,
     "lm-eval": cmd_lm_eval,
+    "merge": cmd_merge,
     "export": cmd_export,
     "push": cmd_push,
 }

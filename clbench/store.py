@@ -406,6 +406,94 @@ class Store:
 
 
 PER_RUN = ("curves", "samples", "generations")  # a run's rows of these tables, written with it in record()
+# every table holding rows of one run: they travel with the run when databases are merged. attempts stays
+# behind: it is the ledger of the processes of the machine that ran it, not a result
+RUN_TABLES = ("runs", "metrics", "stage_matrix", *PER_RUN, "lm_eval")
+
+
+@dataclass(frozen=True)
+class Merged:
+    runs: int  # runs copied in (new, or replacing a failed run the source has finished)
+    kept: int  # runs of the source the database already had, finished or both failed: left as they were
+    tuned: int  # tuning choices copied in, or made anew from both searches of a key
+    tuned_kept: int  # the source's choices whose key is stored here with nothing to add: left as they were
+
+
+def merge(into: Store, source: Store, combine=None) -> Merged:
+    """Copy `source`'s runs (with every row of theirs in RUN_TABLES) and tuning choices into `into`.
+
+    A run id hashes the run's whole config, so the same id in both is the same run: a finished one here
+    is kept, a failed one is replaced by the source's finished one. A tuning key stored in both gets
+    `combine(here, there)` → (search, its choice) made from both searches, or None to keep this one
+    (tune.merged_search). One transaction: a failure leaves `into` as it was; the source is
+    only read. Tables or columns an older source lacks are skipped or read as NULL."""
+    check_merge(into, source)
+    attached = str(source.path).replace("'", "''")
+    with into._connect() as db:
+        db.execute(f"ATTACH '{attached}' AS source (READ_ONLY)")
+        db.execute("BEGIN TRANSACTION")
+        try:
+            merged = _merge(db, combine)
+            fault_point("merge")  # crash tests: SIGKILL here, mid-transaction
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        finally:
+            db.execute("DETACH source")
+    return merged
+
+
+def check_merge(into: Store, source: Store) -> None:
+    """Fail before any write if `source` could not be merged into `into`. Writes nothing."""
+    if not source.path.exists():
+        raise ClbenchError(f"results database {source.path} does not exist")
+    if into.path.exists() and into.path.resolve() == source.path.resolve():
+        raise ClbenchError(f"cannot merge {source.path} into itself")
+    source.check()
+    into.check()
+
+
+def _merge(db, combine) -> Merged:
+    present = {
+        t for (t,) in db.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'source'").fetchall()
+    }
+    if "runs" not in present:
+        return Merged(0, 0, 0, 0)  # an empty database: nothing to copy
+    db.execute(
+        "CREATE TEMP TABLE taken AS SELECT s.run_id FROM source.runs s LEFT JOIN runs r USING (run_id) "
+        "WHERE r.run_id IS NULL OR (r.status <> 'finished' AND s.status = 'finished')"
+    )
+    taken = db.execute("SELECT count(*) FROM taken").fetchone()[0]
+    kept = db.execute("SELECT count(*) FROM source.runs").fetchone()[0] - taken
+    for table in RUN_TABLES[::-1]:  # a replaced failed run leaves no row of its own behind
+        db.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT run_id FROM taken)")
+    for table in RUN_TABLES:
+        if table in present:
+            db.execute(
+                f"INSERT INTO {table} BY NAME SELECT * FROM source.{table} WHERE run_id IN (SELECT run_id FROM taken)"
+            )
+    tuned = tuned_kept = 0
+    if "tuned" in present:
+        cursor = db.execute("SELECT * FROM source.tuned ORDER BY tune_key")
+        columns = [d[0] for d in cursor.description]
+        for row in [dict(zip(columns, values)) for values in cursor.fetchall()]:
+            here = db.execute("SELECT search FROM tuned WHERE tune_key = ?", [row["tune_key"]]).fetchone()
+            if here is not None:
+                made = combine(json.loads(here[0]), json.loads(row["search"])) if combine else None
+                if made is None:
+                    tuned_kept += 1
+                    continue
+                search, best = made
+                row |= {"lr": best["lr"], "score": best["mean"], "search": json.dumps(search, sort_keys=True)}
+                row["chosen_at"] = now()
+                db.execute("DELETE FROM tuned WHERE tune_key = ?", [row["tune_key"]])
+            db.execute(
+                f"INSERT INTO tuned ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values())
+            )
+            tuned += 1
+    db.execute("DROP TABLE taken")
+    return Merged(taken, kept, tuned, tuned_kept)
 
 
 def insert_frame(db, table: str, run_id: str, rows: list[tuple]) -> None:

@@ -136,6 +136,16 @@ def extended(stored: list[dict], search: list[dict], log=lambda message: None) -
     return sorted(search + kept, key=lambda point: point["lr"])
 
 
+def merged_search(here: list[dict], there: list[dict]) -> tuple[list[dict], dict] | None:
+    """One key's stored searches from two databases → (the search both make, its choice), by extended()'s
+    rule (there's points, and here's at lrs there lacks, on the same seeds); None when there adds nothing
+    here lacks or was searched on other seeds (then here's stands). Pure."""
+    if not there or (here and here[0]["seeds"] != there[0]["seeds"]):
+        return None
+    search = extended(here, there)
+    return None if search == here else (search, choose(search))
+
+
 def _value(store: Store, run_id: str, metric: str) -> float:
     """A finished run's metric; +inf for a failed (diverged) run or one without it."""
     found = store.query(
