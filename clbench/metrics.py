@@ -227,6 +227,11 @@ register_metric(
     definition="target_bpb of the base model with the base tokenizer on the same text (meaningful where the base tokenizer covers the text, e.g. byte-level BPE)",
 )
 register_metric(
+    "target_bpb_init",
+    higher_is_better=False,
+    definition="target_bpb of the expanded model before training (new rows at their initialisation): what adding the tokens costs or saves before any learning; between it and target_bpb is what training did",
+)
+register_metric(
     "target_tokens_per_byte",
     higher_is_better=False,
     definition="tokens per UTF-8 byte of the target completions with the expanded tokenizer (incl. eos): what a new vocabulary saves",

@@ -798,6 +798,7 @@ def collect_metrics(
     values.update(evaluation_noise(target, old, base_old))
     if target_bytes:
         values["target_bpb"] = M.bits_per_byte(target.nll_full, target_bytes)
+        values["target_bpb_init"] = M.bits_per_byte(at_init.nll_full, target_bytes)
         if base_target is not None:
             values["target_bpb_base"] = M.bits_per_byte(base_target.nll_full, target_bytes)
     if exact_match:

@@ -95,7 +95,9 @@ def test_directions_are_the_ones_before_the_registry():
     # + gap_closed_se, word_gap_se; + new_token_{recall,false_use};
     # + 1 lower-is-better: peak_rss_increase_mb (a CPU run's own peak memory, issue 13)
     # + target_acc_{nolearn,oracle}: the references of an exact-match task (the paper's base a*b accuracy)
-    assert len(M.METRICS.names()) == 29 + 13 + 3 + 2 + 2 + 1 + 2
+    # + 1 lower-is-better: target_bpb_init (the expanded model before training, xling's third reference)
+    assert len(M.METRICS.names()) == 29 + 13 + 3 + 2 + 2 + 1 + 2 + 1
+    assert not M.higher_is_better("target_bpb_init")
 
 
 def test_a_family_member_inherits_its_familys_declaration():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -11,6 +12,7 @@ from tiny_setup import TASK
 from clbench import metrics as M
 from clbench.data import encode_examples
 from clbench.evaluate import score
+from clbench.expand import expand
 from clbench.method import methods
 from clbench.protocol import Session, reference_metrics, run_one
 from clbench.store import Store
@@ -58,6 +60,18 @@ def test_every_run_stores_its_references(tiny_cli, tmp_path, monkeypatch):
     assert values["word_gap"] == values["target_loss"] - values["target_loss_oracle_adapted"]
     n_bytes = sum(len(e.completion.encode()) for e in data.target_test)
     assert values["target_tokens_per_byte"] == values["target_tokens_per_byte_base"] == nolearn.n_full / n_bytes
+    # the expanded model before training, made here as the protocol makes it: what the new tokens cost at init
+    model, tokenizer = base.own_model(), copy.deepcopy(base.tokenizer)
+    torch.manual_seed(0)
+    expand(model, tokenizer, data.new_tokens, init=task.spec.init, seed=0, whole_words=data.whole_word_tokens)
+    at_init = score(
+        model,
+        encode_examples(tokenizer, data.target_test, base.max_length),
+        old_vocab=vocab,
+        pad_id=pad,
+        batch_size=bs,
+    )
+    assert values["target_bpb_init"] == M.bits_per_byte(at_init.nll_full, n_bytes) != values["target_bpb"]
     stored = store.query("SELECT metric, value FROM results").set_index("metric").value
     assert stored["word_gap"] == values["word_gap"] and stored["target_top1"] == values["target_top1"]
 
