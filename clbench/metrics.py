@@ -220,11 +220,13 @@ register_metric(
     "target_bpb",
     higher_is_better=False,
     definition="bits per UTF-8 byte of the held-out target completions: Σ NLL (full softmax, every completion position incl. eos) / ln 2 / bytes; compares across tokenizers",
+    headline={"summary": 26, "leaderboard": 41},
 )
 register_metric(
     "target_bpb_base",
     higher_is_better=False,
     definition="target_bpb of the base model with the base tokenizer on the same text (meaningful where the base tokenizer covers the text, e.g. byte-level BPE)",
+    headline={"summary": 27, "leaderboard": 42},
 )
 register_metric(
     "target_bpb_init",

@@ -49,8 +49,9 @@ CURVE_BEFORE = [
 ]
 
 
-# headline metrics added since (the reference points and next-token top-1, issue 15)
-ADDED = {"gap_closed", "target_top1", "word_gap"}
+# headline metrics added since (the reference points and next-token top-1, issue 15; bits per byte beside the
+# base's, the one target measure of every position that compares across tokenizations: xling's)
+ADDED = {"gap_closed", "target_top1", "word_gap", "target_bpb", "target_bpb_base"}
 
 
 def test_headline_lists_are_the_ones_before_the_registry_plus_the_references():
@@ -61,6 +62,8 @@ def test_headline_lists_are_the_ones_before_the_registry_plus_the_references():
         "target_acc", "target_top1", "target_acc_seen", "target_acc_unseen", "gap_closed", "word_gap", "target_loss"
     ]  # fmt: skip
     assert M.headline("curve")[:3] == ["target_loss", "gap_closed", "target_acc"]
+    after = lambda view, metric: M.headline(view)[M.headline(view).index(metric) + 1 :][:2]
+    assert after("leaderboard", "target_loss") == after("summary", "target_top1") == ["target_bpb", "target_bpb_base"]
 
 
 def test_directions_are_the_ones_before_the_registry():
