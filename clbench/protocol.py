@@ -211,6 +211,9 @@ def run_one(
     size = f"n_train {planned.budget.n_train}, {planned.budget.steps} steps"
     log(f"{task.name} × {method.name} (seed {seed}, model {planned.base.ref}, {size})")
     started = now()
+    # the code this process runs is the checkout's as it is now: read at the end, a checkout moved meanwhile
+    # would label the run with code it did not run (git_commit is read once per process)
+    commit = git_commit()
     main = distributed.is_main()
     try:
         with (
@@ -249,7 +252,7 @@ def run_one(
             "model_fingerprint": planned.base.fingerprint,
             "data_fingerprint": planned.config["data_fingerprint"],
             "versions": versions(),
-            "git_commit": git_commit(),
+            "git_commit": commit,
             "started_at": started,
             "finished_at": now(),
         },

@@ -167,6 +167,18 @@ def test_runs_are_deterministic(tmp_path, tiny_builtin, small_task_file):
     assert set(first.metrics) == set(second.metrics)
 
 
+def test_a_run_records_the_commit_it_started_with(tmp_path, tiny_builtin, small_task_file, monkeypatch):
+    import clbench.protocol
+
+    trained = []
+    train = clbench.protocol.train
+    monkeypatch.setattr(clbench.protocol, "train", lambda *a, **k: trained.append(1) or train(*a, **k))
+    monkeypatch.setattr(clbench.protocol, "git_commit", lambda: "moved" if trained else "started")
+    store = Store(tmp_path / "r.duckdb")
+    assert _run(small_task_file, "et", store).status == "finished" and trained
+    assert store.query("SELECT git_commit FROM runs").git_commit.tolist() == ["started"]
+
+
 def test_a_diverged_run_is_recorded_as_failed(tmp_path, tiny_builtin, small_task_file):
     store = Store(tmp_path / "r.duckdb")
     outcome = _run(small_task_file, "fft", store, options={"lr": "1e30"})  # lr inf is refused as bad input
