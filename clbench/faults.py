@@ -4,7 +4,8 @@
     CLBENCH_TEST_FAULT=train-step:sleep=0.2  pause 0.2 s every time it reaches `train-step`
 
 Points: `train-step` (after each optimizer step), `record` (inside the transaction that writes a
-run's row and metrics, before COMMIT) and `merge` (inside a merge's transaction, before COMMIT). Unset — as always outside tests — it does nothing.
+run's row and metrics, before COMMIT) and `merge` (inside a merge's transaction, before COMMIT).
+Unset — as always outside tests — it does nothing.
 """
 
 from __future__ import annotations
