@@ -246,7 +246,7 @@ register_metric(
 register_metric(
     "target_top1",
     higher_is_better=True,
-    definition="next-token top-1: the old-vocabulary argmax at the first completion position (the token right after the prompt) is right; not reported where the target examples have no prompt (xling's running text)",
+    definition="next-token top-1: the old-vocabulary argmax at the first completion position (the token right after the prompt) is right",
     headline={"summary": 25, "leaderboard": 15},
 )
 # evaluation noise (clbench/protocol.py evaluation_noise)

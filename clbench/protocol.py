@@ -551,7 +551,6 @@ def adapt_and_evaluate(
         base_target=base_target,
         target_bytes=sum(len(e.completion.encode()) for e in data.target_test),
         exact_match=data.exact_match,
-        prompted=has_prompts(data),
         memory=memory.metrics(),
     )
     adapted_oracle = None
@@ -575,7 +574,6 @@ def adapt_and_evaluate(
             adapted_oracle=adapted_oracle,
             target_bytes=sum(len(e.completion.encode()) for e in data.target_test),
             exact_match=data.exact_match,
-            prompted=has_prompts(data),
         )
     )
     emits_new = method.train_vocab == "full"
@@ -688,19 +686,17 @@ def reference_metrics(
     adapted_oracle: Scores | None,
     target_bytes: int,
     exact_match: bool = False,
-    prompted: bool = True,
 ) -> dict[str, float]:
     """What learning nothing, and reading what each new token stands for, score on the same
     examples (definitions: clbench/metrics.py). Per-token losses are compared only where the
     completions tokenize alike with and without the new tokens (the new token sits in the prompt);
     where they do not (xling), bits per byte compare: target_bpb against target_bpb_base.
-    exact_match: the task scores target_acc, and so do its references; prompted: target_top1 (has_prompts())."""
+    exact_match: the task scores target_acc, and so do its references."""
     values = {
+        "target_top1_nolearn": M.accuracy(no_learning.top1_old),
         "target_tokens_per_byte": target.n_full / target_bytes,
         "target_tokens_per_byte_base": no_learning.n_full / target_bytes,
     }
-    if prompted:
-        values["target_top1_nolearn"] = M.accuracy(no_learning.top1_old)
     if exact_match:
         values["target_acc_nolearn"] = M.accuracy(no_learning.hits_old)
     alike = no_learning.n_full == target.n_full == target.n_old
@@ -708,8 +704,7 @@ def reference_metrics(
         values["target_loss_nolearn"] = no_learning.loss_old
     if oracle is not None:
         values["target_loss_oracle"] = oracle.loss_old
-        if prompted:
-            values["target_top1_oracle"] = M.accuracy(oracle.top1_old)
+        values["target_top1_oracle"] = M.accuracy(oracle.top1_old)
         if exact_match:  # the paper's arithmetic reference: the base's accuracy on a*b (63.5 % on Llama-3.2-3B)
             values["target_acc_oracle"] = M.accuracy(oracle.hits_old)
         closed = M.gap_closed(target.loss_old, no_learning.loss_old, oracle.loss_old) if alike else math.nan
@@ -771,14 +766,6 @@ def sample_generations(
     return rows
 
 
-def has_prompts(data: TaskData) -> bool:
-    """Whether every target example has a prompt, so target_top1 asks something: the token right after
-    it. Running text with none (xling's chunks) would ask for a chunk's second token from its first,
-    which no model gets right (0 for every method and the base on xling-es at the cpu profile, 0.01 at
-    most in 34 runs): a column that cannot vary is not reported."""
-    return all(e.prompt for e in data.target_test)
-
-
 def collect_metrics(
     *,
     base_old: Scores,
@@ -793,14 +780,14 @@ def collect_metrics(
     base_target: Scores | None = None,
     target_bytes: int = 0,
     exact_match: bool = True,
-    prompted: bool = True,
     memory: dict[str, float] | None = None,
 ) -> dict[str, float]:
-    """memory: the run's memory metric (clbench/memory.py PeakMemory.metrics); prompted: see has_prompts()."""
+    """memory: the run's memory metric (clbench/memory.py PeakMemory.metrics)."""
     values = {
         "target_loss": target.loss_old,
         "target_loss_full": target.loss_full,
         "target_loss_init": at_init.loss_old,
+        "target_top1": M.accuracy(target.top1_old),
         "old_loss_base": base_old.loss_old,
         "forgetting_oldvocab": M.forgetting(old.loss_old, base_old.loss_old),
         "forgetting_full": M.forgetting(old.loss_full, base_old.loss_old),
@@ -817,8 +804,6 @@ def collect_metrics(
         values["target_bpb_init"] = M.bits_per_byte(at_init.nll_full, target_bytes)
         if base_target is not None:
             values["target_bpb_base"] = M.bits_per_byte(base_target.nll_full, target_bytes)
-    if prompted:
-        values["target_top1"] = M.accuracy(target.top1_old)
     if exact_match:
         values["target_acc"] = M.accuracy(target.hits_old)
         for group in sorted({g for g in groups if g}):

@@ -67,8 +67,6 @@ def test_method_runs_on_task(task_name, method_name, session, tmp_path):
     values = outcome.metrics
     for name in ("target_loss", "target_loss_full", "forgetting_oldvocab", "forgetting_full"):
         assert math.isfinite(values[name]), name
-    # xling's target examples are running text with no prompt: no next-token-after-the-prompt to ask about
-    assert ("target_top1" in values) == ("target_top1_nolearn" in values) == (not task_name.startswith("xling"))
     if method_name in FROZEN_BACKBONE:  # old text's hidden states are the base's: not pt, whose prompt precedes it
         assert values["forgetting_oldvocab"] == 0.0
         assert values.get("old_skill_acc_delta", 0.0) == 0.0

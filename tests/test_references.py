@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import replace
 
 import pytest
 import torch
 from tiny_setup import TASK
 
 from clbench import metrics as M
-from clbench.data import Example, TaskData, encode_examples
+from clbench.data import encode_examples
 from clbench.evaluate import score
 from clbench.expand import expand
 from clbench.method import methods
-from clbench.protocol import Session, has_prompts, reference_metrics, run_one
+from clbench.protocol import Session, reference_metrics, run_one
 from clbench.store import Store
 from clbench.taskspec import load_tasks
 
@@ -130,33 +129,6 @@ def test_references_skip_per_token_losses_where_completions_tokenize_differently
         target=scores(8, 10), no_learning=scores(14, 14), oracle=None, adapted_oracle=None, target_bytes=40
     )
     assert values == {"target_top1_nolearn": 0.5, "target_tokens_per_byte": 0.25, "target_tokens_per_byte_base": 0.35}
-
-
-def test_running_text_without_prompts_reports_no_top1():
-    """xling's target examples are chunks with no prompt: the position "right after the prompt" would be a
-    chunk's second token, asked from its first; no top-1 is reported there, for the run or its references."""
-    values = reference_metrics(
-        target=scores(10, 10, loss=3.0),
-        no_learning=scores(10, 10, loss=4.0),
-        oracle=scores(10, 10, loss=2.0),
-        adapted_oracle=None,
-        target_bytes=40,
-        prompted=False,
-    )
-    assert values == {
-        "target_tokens_per_byte": 0.25,
-        "target_tokens_per_byte_base": 0.25,
-        "target_loss_nolearn": 4.0,
-        "target_loss_oracle": 2.0,
-        "gap_closed": 0.5,
-        "gap_closed_se": 0.0,
-    }
-    prompt, text = (
-        TaskData(new_tokens=["x"], train=[], target_test=[Example("a b", "c")], old_text=[]),
-        Example("", "a b c"),
-    )
-    assert has_prompts(prompt) and not has_prompts(replace(prompt, target_test=[text]))
-    assert not has_prompts(replace(prompt, target_test=[Example("a", "b"), text]))
 
 
 def test_bootstrap_se_is_the_standard_error_of_a_mean_and_zero_for_a_paired_copy():
