@@ -212,7 +212,7 @@ def run_one(
     log(f"{task.name} × {method.name} (seed {seed}, model {planned.base.ref}, {size})")
     started = now()
     # the code this process runs is the checkout's as it is now: read at the end, a checkout moved meanwhile
-    # would label the run with code it did not run (git_commit is read once per process)
+    # would label the run with code it did not run
     commit = git_commit()
     main = distributed.is_main()
     try:
