@@ -16,6 +16,7 @@ from pathlib import Path
 
 from clbench.errors import ClbenchError
 from clbench.live import TRACKERS, live_log
+from clbench.spec import RunSpec
 
 DEFAULT_DB = "clbench-results.duckdb"
 
@@ -273,8 +274,8 @@ def cmd_run(args) -> int:
     from clbench import distributed
     from clbench.devices import resolve_device
     from clbench.method import methods
-    from clbench.protocol import Session, plan, run_one
-    from clbench.store import Store
+    from clbench.protocol import Session, execute, plan
+    from clbench.records import open_store
     from clbench.taskspec import load_tasks
 
     tasks, registry = load_tasks(args.task_dir), methods()
@@ -292,42 +293,43 @@ def cmd_run(args) -> int:
             f"{'--device-map' if args.device_map else '--lm-eval'} runs in one process, not under "
             "accelerate launch (for --lm-eval: `clbench lm-eval --run RUN_ID` afterwards)"
         )
-    store = Store(args.db)
+    store = open_store(args.db)
     session = Session(trust_remote_code=args.trust_remote_code, device=args.device, device_map=args.device_map)
     if main:  # launched as several processes, only the main one touches the store (clbench/distributed.py)
         store.check()
     checker = lm_eval_checker(args.lm_eval) if args.lm_eval else None  # bad task names fail before any training
     live = live_log(args.log) if args.log else None  # a tracker that is not installed fails before any training
-    runs = [
-        {
-            "task": tasks.get(task_name),
-            "method": registry.get(method_name),
-            "seed": seed,
-            "model": args.model,
-            "profile": args.profile,
-            "options": options,
-            "init": args.init,
-            "n_train": args.n_train,
-            "tuned": store.tuned_lr if args.tuned else None,
-            "param_overrides": parse_options(args.param, "--param"),
-            "budget_overrides": parse_options(args.budget, "--budget"),
-        }
+    specs = [
+        RunSpec.make(
+            task_name,
+            method_name,
+            seed=seed,
+            model=args.model,
+            profile=args.profile,
+            options=options,
+            init=args.init,
+            n_train=args.n_train,
+            tuned=args.tuned,
+            param_overrides=parse_options(args.param, "--param"),
+            budget_overrides=parse_options(args.budget, "--budget"),
+        )
         for task_name in task_names
         for method_name in method_names
         for seed in seeds
     ]
-    for run in runs:
-        # every run's input (init, method options, data, ...) is checked before the first one trains
-        # or writes; plan() rejects init and options before it loads a model
-        plan(session=session, **run)
+    # every run is planned, so its input checked, before the first one trains or writes
+    plans = [
+        plan(spec, tasks.get(spec.task), registry.get(spec.method), session=session, tuned_lr=store.tuned_lr)
+        for spec in specs
+    ]
     outcomes = []
-    for run in runs:
+    for planned in plans:
         captured = {}
         outcomes.append(
-            run_one(
+            execute(
+                planned,
                 store=store,
                 session=session,
-                **run,
                 log_samples=args.log_samples,
                 live=live,
                 on_adapted=(
@@ -359,7 +361,7 @@ def cmd_tune(args) -> int:
     from clbench.devices import resolve_device
     from clbench.method import methods
     from clbench.protocol import Session
-    from clbench.store import Store
+    from clbench.records import open_store
     from clbench.taskspec import load_tasks
     from clbench.tune import table, tune
 
@@ -371,7 +373,7 @@ def cmd_tune(args) -> int:
     grid = parse_grid(args.grid) if args.grid else None
     seeds = parse_seeds(args.seeds)
     resolve_device(args.device)
-    store = Store(args.db)
+    store = open_store(args.db)
     store.check()
     choices = tune(
         task, chosen, seeds=seeds, store=store, session=Session(device=args.device), grid=grid, options=options,
@@ -446,9 +448,9 @@ def lm_eval_checker(text: str, batch_size: int = 32):
 def cmd_lm_eval(args) -> int:
     from clbench.lmeval import check_run, format_rows
     from clbench.protocol import Session
-    from clbench.store import Store
+    from clbench.records import open_store
 
-    store, checker = Store(args.db), lm_eval_checker(args.tasks, args.batch_size)
+    store, checker = open_store(args.db), lm_eval_checker(args.tasks, args.batch_size)
     print(format_rows(args.run, check_run(store, args.run, checker, None, Session(), args.task_dir)))
     return 0
 
@@ -548,9 +550,9 @@ def check_task(task, profile: str | None, model: str | None, tokenizers: dict) -
 
 
 def cmd_results(args) -> int:
-    from clbench.store import Store
+    from clbench.records import open_store
 
-    print(summary(Store(args.db), task=args.task))
+    print(summary(open_store(args.db), task=args.task))
     return 0
 
 
@@ -573,9 +575,10 @@ def cmd_export(args) -> int:
 
 
 def cmd_merge(args) -> int:
-    from clbench.store import Store, check_merge, merge
+    from clbench.records import merge, open_store
+    from clbench.store import check_merge
 
-    into, sources = Store(args.db), [Store(path) for path in args.sources]
+    into, sources = open_store(args.db), [open_store(path) for path in args.sources]
     for source in sources:  # every source is checked before the first is copied
         check_merge(into, source)
     from clbench.tune import merged_search  # imports torch: after the checks, so bad input fails fast
@@ -621,7 +624,7 @@ def cmd_sweep(args) -> int:
     from clbench.devices import resolve_device
     from clbench.method import methods
     from clbench.protocol import Session
-    from clbench.store import Store
+    from clbench.records import open_store
     from clbench.sweep import grid, sweep
     from clbench.taskspec import load_tasks
 
@@ -632,7 +635,7 @@ def cmd_sweep(args) -> int:
     for point in grid(swept):  # every point's values are checked by the task's schemas before any run
         task.resolved(args.profile, params_override=point or None, budget_override=budget or None)
     resolve_device(args.device)
-    store, session = Store(args.db), Session(device=args.device)
+    store, session = open_store(args.db), Session(device=args.device)
     if args.executor == "inline":
         outcomes = [
             (o.run_id, o.status)
@@ -652,21 +655,27 @@ def cmd_sweep(args) -> int:
         ]
     else:
         from clbench.executors import RunRequest, execute
+        from clbench.records import is_record_store
+
+        # jobs run elsewhere: an absolute path, still saying which kind of store it is
+        db_path = str(Path(args.db).resolve()) + ("/" if is_record_store(args.db) else "")
 
         requests = [
             RunRequest(
-                task.name,
-                m.name,
-                seed,
-                str(Path(args.db).resolve()),
-                n_train=n,
-                model=args.model,
-                profile=args.profile,
-                init=args.init,
+                RunSpec.make(
+                    task.name,
+                    m.name,
+                    seed=seed,
+                    n_train=n,
+                    model=args.model,
+                    profile=args.profile,
+                    init=args.init,
+                    param_overrides=point,
+                    budget_overrides=budget,
+                ),
+                db_path,
                 device=args.device,
                 task_dirs=tuple(str(d.resolve()) for d in args.task_dir),
-                param_overrides=point or None,
-                budget_overrides=budget or None,
             )
             for m in chosen
             for point in grid(swept)
@@ -729,9 +738,9 @@ def parse_counts(text: str) -> list[int]:
 def cmd_explain(args) -> int:
     from clbench.explain import explain
     from clbench.protocol import Session
-    from clbench.store import Store
+    from clbench.records import open_store
 
-    print(explain(Store(args.db), args.run_id, s=args.s, session=Session()))
+    print(explain(open_store(args.db), args.run_id, s=args.s, session=Session()))
     return 0
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clbench.errors import ClbenchError
+from clbench.spec import RunSpec
 
 # submitit's local and slurm executors (its debug executor stops in pdb on an error: not for users);
 # `inline`, this very process, is clbench.sweep.sweep
@@ -27,25 +28,17 @@ EXECUTORS = ("local", "slurm")
 class RunRequest:
     """One grid point, picklable and self-contained: a job re-resolves names in its own process."""
 
-    task: str
-    method: str
-    seed: int
+    spec: RunSpec
     db: str
-    n_train: int | None = None
-    model: str | None = None
-    profile: str | None = None
-    init: str | None = None
     device: str = "auto"
     task_dirs: tuple[str, ...] = ()
-    param_overrides: dict | None = None  # --param / --budget, as plan() takes them
-    budget_overrides: dict | None = None
 
 
 def run_chunk(requests: list[RunRequest]) -> list[tuple[str, str, str | None]]:
     """Runs requests in order with one Session → [(run_id, status, reason)]. The job entry point."""
     from clbench.method import methods
-    from clbench.protocol import Session, run_one
-    from clbench.store import Store
+    from clbench.protocol import Session, execute, plan
+    from clbench.records import open_store
     from clbench.taskspec import load_tasks
 
     session, tasks, registry = Session(device=requests[0].device if requests else "auto"), {}, methods()
@@ -53,19 +46,10 @@ def run_chunk(requests: list[RunRequest]) -> list[tuple[str, str, str | None]]:
     for r in requests:
         if r.task_dirs not in tasks:
             tasks[r.task_dirs] = load_tasks([Path(d) for d in r.task_dirs])
-        outcome = run_one(
-            tasks[r.task_dirs].get(r.task),
-            registry.get(r.method),
-            seed=r.seed,
-            store=Store(r.db),
-            session=session,
-            model=r.model,
-            profile=r.profile,
-            init=r.init,
-            n_train=r.n_train,
-            param_overrides=r.param_overrides,
-            budget_overrides=r.budget_overrides,
-        )
+        store = open_store(r.db)
+        task, method = tasks[r.task_dirs].get(r.spec.task), registry.get(r.spec.method)
+        planned = plan(r.spec, task, method, session=session, tuned_lr=store.tuned_lr)
+        outcome = execute(planned, store=store, session=session)
         out.append((outcome.run_id, outcome.status, outcome.reason))
     return out
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from clbench import hub
 from clbench.errors import ClbenchError
-from clbench.store import SPLIT, Store, _first_line
+from clbench.records import open_store
+from clbench.store import SPLIT, _first_line
 
 FORMATS = {"parquet": "PARQUET", "jsonl": "JSON"}  # DuckDB's COPY writes JSON as one object per line
 REPO_FILE = "clbench-results.parquet"
@@ -56,7 +57,7 @@ def export(
     """Write the runs of `db` (only those of `tasks` and `methods` where given) to `out`; → how many.
 
     Written to a new file beside `out` and renamed over it, so `out` is never left half-written."""
-    out, store = Path(out), Store(db)
+    out, store = Path(out), open_store(db)
     store.check()
     if out.is_dir():
         raise ClbenchError(f"cannot write {out}: it is a directory")

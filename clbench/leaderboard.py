@@ -31,6 +31,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from clbench.errors import ClbenchError
 from clbench.metrics import headline, higher_is_better, lookup
+from clbench.records import open_store
 from clbench.stats import finite, mean_ci, verdict, welch_p
 from clbench.store import REPORTED, Store, now
 
@@ -525,7 +526,7 @@ def md(value) -> str:
 
 
 def build(db: str | Path, out: str | Path) -> Path:
-    store, out = Store(db), Path(out)
+    store, out = open_store(db), Path(out)
     values, kept_out, runs = load(store)  # a missing database is refused first, before any folder is made
     writable(out)
     table = aggregate(values)

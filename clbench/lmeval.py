@@ -196,7 +196,8 @@ def reconstruct(store, run_id: str, session, task_dirs: list[Path]) -> dict:
     config) and reproduce the stored quality metrics (exactly on CPU).
     """
     from clbench.method import methods
-    from clbench.protocol import log, run_one
+    from clbench.protocol import execute, log, plan
+    from clbench.spec import RunSpec
     from clbench.store import Store
     from clbench.taskspec import load_tasks
 
@@ -206,26 +207,21 @@ def reconstruct(store, run_id: str, session, task_dirs: list[Path]) -> dict:
     if found.status[0] != "finished":
         raise ClbenchError(f"run {run_id} is {found.status[0]}, not finished: no adapted model to evaluate")
     config = json.loads(found.config[0])
+    spec = RunSpec.from_config(config)  # every param, budget key and option as recorded
+    planned = plan(spec, load_tasks(task_dirs).get(spec.task), methods().get(spec.method), session=session)
+    if planned.run_id != run_id:  # before any training
+        raise ClbenchError(
+            f"run {run_id} no longer reproduces: its task file, base model or method changed (rebuilt config hashes to {planned.run_id})"
+        )
     captured = {}
     with tempfile.TemporaryDirectory(prefix="clbench-rebuild-") as scratch:
-        outcome = run_one(
-            load_tasks(task_dirs).get(config["task"]),
-            methods().get(config["method"]),
-            seed=config["seed"],
+        outcome = execute(
+            planned,
             store=Store(Path(scratch) / "scratch.duckdb"),
             session=session,
-            model=config["model"],
-            profile=config["profile"],
-            options=config["method_config"],
-            init=config["init"],
-            n_train=config["budget"]["n_train"],
             on_adapted=lambda base, data, model, tokenizer: captured.update(
                 base=base, data=data, model=model, tokenizer=tokenizer
             ),
-        )
-    if outcome.run_id != run_id:
-        raise ClbenchError(
-            f"run {run_id} no longer reproduces: its task file, base model or method changed (rebuilt config hashes to {outcome.run_id})"
         )
     if outcome.status != "finished":
         raise ClbenchError(f"run {run_id}: the rebuild {outcome.status}: {outcome.reason}")

@@ -22,8 +22,8 @@ import pandas as pd
 
 from clbench.errors import ClbenchError
 from clbench.leaderboard import esc, fmt, fmt_ci, fmt_lr, load, md
+from clbench.records import open_store
 from clbench.stats import LEVEL, finite, mean_ci, welch_p
-from clbench.store import Store
 
 REFERENCE = "et"  # every claim of the paper's tables compares a method with ET
 HOLDS, REVERSED, NOT_SIGNIFICANT, NOT_RUN = "direction holds", "reversed", "not significant", "not run"
@@ -385,7 +385,7 @@ def html_table(frame: pd.DataFrame) -> str:
 
 def report(db: str | Path, out: str | Path | None = None) -> str:
     """`clbench report --paper`: the Markdown, written to `out` if given; refused on a DB without finished runs."""
-    values = load(Store(db))[0]
+    values = load(open_store(db))[0]
     if values.empty:
         raise ClbenchError(f"results database {db} has no finished runs to compare with the paper")
     text = markdown(values, db)

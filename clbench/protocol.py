@@ -12,12 +12,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import hashlib
-import json
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -35,6 +33,7 @@ from clbench.method import MethodSpec
 from clbench.models import Base, load_base
 from clbench.provenance import git_commit, versions
 from clbench.samples import example_rows
+from clbench.spec import RunSpec, resolve, run_id
 from clbench.store import Claim, Store, now
 from clbench.taskspec import Budget, Task
 from clbench.train import TrainResult, train
@@ -168,6 +167,9 @@ class Outcome:
 class Plan:
     """A resolved run whose input passed every check: nothing after plan() rejects bad input."""
 
+    spec: RunSpec
+    task: Task
+    method: MethodSpec
     run_id: str
     config: dict
     method_config: object
@@ -182,22 +184,31 @@ def run_one(
     task: Task,
     method: MethodSpec,
     *,
-    seed: int,
+    seed: int = 0,
     store: Store,
     session: Session,
+    tuned_lr: Callable[[str], float | None] | None = None,
     on_adapted=None,
     log_samples: bool = False,
     live=None,
     **how,
 ) -> Outcome:
-    """Plan, then run unless finished or held by another live process; `how`: plan()'s options.
+    """One run from its inputs: `how` is RunSpec.make's (options, model, profile, init, n_train, param_overrides,
+    budget_overrides, split, tuned); planned, then executed."""
+    spec = RunSpec.make(task.name, method.name, seed=seed, **how)
+    planned = plan(spec, task, method, session=session, tuned_lr=tuned_lr)
+    return execute(planned, store=store, session=session, on_adapted=on_adapted, log_samples=log_samples, live=live)
+
+
+def execute(planned: Plan, *, store: Store, session: Session, on_adapted=None, log_samples: bool = False, live=None):
+    """Run a plan unless the store has it finished or a live process holds it; the result is recorded.
 
     on_adapted(base, data, adapted_model, tokenizer), if given, sees the adapted model in memory
     after evaluation (lm-eval checks); it is not called for skipped or failed runs. log_samples: also
     record per-example scores (the samples table); live: a clbench.live.LiveLog the training curves
-    go to as they come. Neither changes a result, so neither is in the config the run_id hashes
-    (plan() never sees them): a finished run is not rerun to add its samples."""
-    planned = plan(task, method, seed=seed, session=session, **how)
+    go to as they come. Neither changes a result, so neither is in the config the run_id hashes: a
+    finished run is not rerun to add its samples."""
+    task, method, seed = planned.task, planned.method, planned.seed
     # launched as several processes, only the main one touches the store; its claim decides for all
     claim = distributed.main_decides(lambda: claim_unless_finished(store, planned.run_id))
     if claim.state == "finished":
@@ -239,23 +250,7 @@ def run_one(
     if not main:
         return Outcome(planned.run_id, status, evaluated.values, reason)
     store.record(
-        {
-            "run_id": planned.run_id,
-            "task": task.name,
-            "task_version": task.spec.version,
-            "method": method.name,
-            "model": planned.base.ref,
-            "seed": seed,
-            "status": status,
-            "reason": reason,
-            "config": planned.config,
-            "model_fingerprint": planned.base.fingerprint,
-            "data_fingerprint": planned.config["data_fingerprint"],
-            "versions": versions(),
-            "git_commit": commit,
-            "started_at": started,
-            "finished_at": now(),
-        },
+        run_row(planned, status, reason, commit=commit, started=started),
         evaluated.values,
         attempt=claim.attempt,
         stage_matrix=evaluated.matrix,
@@ -266,6 +261,28 @@ def run_one(
     return Outcome(planned.run_id, status, evaluated.values, reason)
 
 
+def run_row(planned: Plan, status: str, reason: str | None, *, commit: str | None, started) -> dict:
+    """The self-describing part of a run's record: what ran, on what, with which code, when, and how it ended."""
+    return {
+        "run_id": planned.run_id,
+        "task": planned.task.name,
+        "task_version": planned.task.spec.version,
+        "method": planned.method.name,
+        "model": planned.base.ref,
+        "seed": planned.seed,
+        "status": status,
+        "reason": reason,
+        "config": planned.config,
+        "model_fingerprint": planned.base.fingerprint,
+        "data_fingerprint": planned.config["data_fingerprint"],
+        "versions": versions(),
+        "git_commit": commit,
+        "started_at": started,
+        "finished_at": now(),
+        "spec": planned.spec.to_dict(),
+    }
+
+
 def claim_unless_finished(store: Store, run_id: str):
     """The claim makes an interruption visible to the next command, which retries the run."""
     if store.status(run_id) == "finished":  # read-only: no write lock for a run already done
@@ -274,77 +291,53 @@ def claim_unless_finished(store: Store, run_id: str):
 
 
 def plan(
+    spec: RunSpec,
     task: Task,
     method: MethodSpec,
     *,
-    seed: int,
     session: Session,
-    model: str | None = None,
-    profile: str | None = None,
-    options: dict | None = None,
-    init: str | None = None,
-    n_train: int | None = None,
-    split: str = "test",
-    tuned: Callable[[str], float | None] | None = None,
-    param_overrides: dict | None = None,
-    budget_overrides: dict | None = None,
+    tuned_lr: Callable[[str], float | None] | None = None,
 ) -> Plan:
-    """split: "test" scores the task's target and old text; "validation" its validation split instead
-    (`clbench tune`; never reported as a result). tuned: tune key → the lr `clbench tune` chose, or
-    None; given, the run takes that lr (refused if there is none). param_/budget_overrides: of the
-    task's (--param, --budget), checked by its schemas; they are part of the config like the rest."""
-    # 1. resolve: everything that determines the result goes into the config, and the run_id hashes it
-    if split not in SPLITS:
-        raise ClbenchError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+    """spec's inputs checked and resolved (clbench/spec.py), its base and data loaded: a Plan, or one
+    ClbenchError. spec.split "validation" scores the task's validation split instead of its target and old
+    text (`clbench tune`; never reported). tuned_lr: the store's tune key → lr lookup, for spec.tuned."""
+    if (task.name, method.name) != (spec.task, spec.method):
+        raise ClbenchError(f"spec names {spec.task} × {spec.method}, given {task.name} × {method.name}")
     default_model, budget, params = task.resolved(
-        profile, params_override=param_overrides, budget_override=budget_overrides
+        spec.profile,
+        params_override=dict(spec.param_overrides) or None,
+        budget_override=dict(spec.budget_overrides) or None,
     )
-    if n_train is not None:
-        if n_train < 1:
-            raise ClbenchError(f"n_train must be a positive integer, got {n_train}")
-        budget = budget.model_copy(update={"n_train": n_train})
-    init = init or task.spec.init
+    init = spec.init or task.spec.init
     if init not in INIT_STRATEGIES:
         raise ClbenchError(f"unknown init strategy {init!r}; known: {', '.join(INIT_STRATEGIES)}")
-    method.config(options)  # bad options are refused before a model loads
-    base = session.base(model or default_model)
+    method.config(spec.option_dict)  # bad options are refused before a model loads
+    base = session.base(spec.model or default_model)
     full = session.data(task, params, base)
-    data = validation_data(task, full) if split == "validation" else full
+    data = validation_data(task, full) if spec.split == "validation" else full
+    config, method_config = resolve(
+        spec,
+        task,
+        method,
+        base_ref=base.ref,
+        model_fingerprint=base.fingerprint,
+        data_fingerprint=full.fingerprint(),
+        tuned_lr=tuned_lr,
+    )
+    budget = Budget(**config["budget"])
     if budget.n_train > len(data.train):
         raise ClbenchError(
             f"task {task.name!r}: n_train {budget.n_train} exceeds the {len(data.train)} training examples"
         )
-    config = {
-        "task": task.name,
-        "task_version": task.spec.version,
-        "profile": profile,
-        "params": params.model_dump(),
-        "budget": budget.model_dump(),
-        "method": method.name,
-        "method_config": None,  # below: its lr may depend on everything else
-        "train_vocab": method.train_vocab,
-        "model": base.ref,
-        "init": init,
-        "seed": seed,
-        "model_fingerprint": base.fingerprint,
-        "data_fingerprint": full.fingerprint(),  # the whole task data; `split` says which part is scored
-        "split": split,
-    }
-    if task.spec.allow_unknown_tokens:  # only where set: every other run keeps the run_id it always had
-        config["allow_unknown_tokens"] = True
-    options = dict(options or {})
-    if "lr" not in options:
-        lr = chosen_lr(task, method, profile, base.ref == default_model, tune_key(config, options), tuned)
-        if lr is not None:
-            options["lr"] = lr
-    elif tuned is not None:
-        raise ClbenchError("the lr is given twice: by an option (lr=...) and by --tuned")
-    method_config = method.config(options)
-    config["method_config"] = asdict(method_config)
-    run_id = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+    check_method(method, task, data)
+    preflight(base, data, budget, init, allow_unknown=task.spec.allow_unknown_tokens)
+    return Plan(spec, task, method, run_id(config), config, method_config, base, data, budget, init, spec.seed)
+
+
+def check_method(method: MethodSpec, task: Task, data: TaskData) -> None:
+    """What a method needs of the task and the launch, checked before the run is claimed."""
     if method.reads_old_text and not data.replay_text:
-        # the hook hands a method the task's old text (replay rehearses it, ewc estimates its Fisher on it);
-        # checked here, or the run would be claimed before the method finds nothing to read
+        # the hook hands a method the task's old text (replay rehearses it, ewc estimates its Fisher on it)
         raise ClbenchError(
             f"method {method.name!r} reads old text through its training_examples hook, "
             f"and task {task.name!r} has no replay_text"
@@ -362,11 +355,6 @@ def plan(
                 f"method {method.name!r} computes its penalty on references to the unsharded weights, "
                 "which FSDP replaces: launch it without --use_fsdp (DDP)"
             )
-    preflight(base, data, budget, init, allow_unknown=task.spec.allow_unknown_tokens)
-    return Plan(run_id, config, method_config, base, data, budget, init=init, seed=seed)
-
-
-SPLITS = ("test", "validation")
 
 
 def validation_data(task: Task, data: TaskData) -> TaskData:
@@ -379,32 +367,6 @@ def validation_data(task: Task, data: TaskData) -> TaskData:
     return dataclasses.replace(
         data, target_test=data.validation, old_text=data.validation_old_text, target_oracle=[], validation=[]
     )
-
-
-def tune_key(config: dict, options: dict) -> str:
-    """What a tuned lr is chosen for: the run's whole config but its lr, seed and split (a
-    choice holds across seeds and is applied to the test split), and the other method options."""
-    key = {k: v for k, v in config.items() if k not in ("seed", "split", "method_config")}
-    key["options"] = {k: v for k, v in sorted(options.items()) if k != "lr"}
-    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def chosen_lr(task: Task, method: MethodSpec, profile, default_model: bool, key: str, tuned) -> float | None:
-    """The lr a run takes when no option sets it: `clbench tune`'s choice in the store (with
-    --tuned), else the task file's for this profile (tuned for its own model only), else None
-    (the method's default)."""
-    if tuned is not None:
-        lr = tuned(key)
-        if lr is None:
-            raise ClbenchError(
-                f"no tuned lr for {task.name} × {method.name} with this model, profile and budget in the "
-                f"results database: run `clbench tune --task {task.name} --method {method.name}` first"
-            )
-        return lr
-    shipped = task.lrs(profile)
-    if method.name in shipped and default_model:
-        return shipped[method.name]
-    return None
 
 
 def preflight(base: Base, data: TaskData, budget: Budget, init: str, *, allow_unknown: bool = False) -> None:

@@ -59,7 +59,8 @@ CREATE TABLE IF NOT EXISTS runs (
     versions JSON,
     git_commit VARCHAR,
     started_at TIMESTAMP,
-    finished_at TIMESTAMP
+    finished_at TIMESTAMP,
+    spec JSON                     -- the run's inputs as asked (clbench/spec.py RunSpec); NULL before it existed
 );
 CREATE TABLE IF NOT EXISTS metrics (
     run_id VARCHAR NOT NULL,
@@ -157,6 +158,11 @@ CREATE OR REPLACE VIEW results AS
     FROM runs r LEFT JOIN metrics m USING (run_id) WHERE {REPORTED};
 """
 
+# columns added since the first databases were written: added to an older file on its next write, and not
+# required of a file that is only read
+MIGRATIONS = "ALTER TABLE runs ADD COLUMN IF NOT EXISTS spec JSON;"
+OPTIONAL = {"runs": {"spec"}}
+
 LOCK_WAIT_SECONDS = 120.0
 HEARTBEAT_SECONDS = 60.0
 STALE_SECONDS = 600.0  # a claim from another host without a heartbeat for this long: its machine died
@@ -194,6 +200,7 @@ class Store:
         try:
             if not read_only:
                 connection.execute(SCHEMA)
+                connection.execute(MIGRATIONS)
             yield connection
         except duckdb.Error as error:
             raise ClbenchError(f"results database {self.path}: {_first_line(error)}") from None
@@ -221,7 +228,7 @@ class Store:
         with duckdb.connect(":memory:") as memory:
             expected = _columns(memory.execute(SCHEMA))
         for table in ("runs", "metrics"):
-            missing = sorted(expected[table] - found.get(table, set()))
+            missing = sorted(expected[table] - found.get(table, set()) - OPTIONAL.get(table, set()))
             if missing:
                 raise ClbenchError(
                     f"{self.path} is not a clbench results database (table {table} lacks {', '.join(missing)})"
@@ -316,6 +323,8 @@ class Store:
         With `attempt` (from claim) the same transaction closes that attempt with the run's status,
         and nothing is written if this process no longer holds it."""
         row = dict(run, config=json.dumps(run["config"], sort_keys=True), versions=json.dumps(run["versions"]))
+        if row.get("spec") is not None:
+            row["spec"] = json.dumps(row["spec"], sort_keys=True)
         columns = list(row)
         with self._connect() as db:
             db.execute("BEGIN TRANSACTION")
@@ -419,7 +428,7 @@ class Merged:
     tuned_kept: int  # the source's choices whose key is stored here with nothing to add: left as they were
 
 
-def merge(into: Store, source: Store, combine=None) -> Merged:
+def merge_files(into: Store, source: Store, combine=None) -> Merged:
     """Copy `source`'s runs (with every row of theirs in RUN_TABLES) and tuning choices into `into`.
 
     A run id hashes the run's whole config, so the same id in both is the same run: a finished one here

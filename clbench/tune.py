@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from clbench.errors import ClbenchError
 from clbench.method import MethodSpec
 from clbench.metrics import higher_is_better
-from clbench.protocol import plan, run_one, tune_key
+from clbench.protocol import execute, plan
+from clbench.spec import RunSpec, tune_key
 from clbench.store import Store
 from clbench.taskspec import Task
 
@@ -64,7 +65,8 @@ def tune(
     log=lambda message: print(message, file=sys.stderr),
     **how,
 ) -> list[Choice]:
-    """how: plan()'s model, profile, init, n_train. → one Choice per method, also stored."""
+    """how: RunSpec.make's model, profile, init, n_train, param_overrides, budget_overrides (the same for every
+    point). → one Choice per method, also stored."""
     objective = task.spec.tune_metric
     if higher_is_better(objective):
         raise ClbenchError(f"task {task.name!r}: tune_metric {objective!r} must be a lower-is-better metric")
@@ -72,26 +74,26 @@ def tune(
     if "lr" in options:
         raise ClbenchError("tune chooses the lr: give other method options only")
     grids = {m.name: list(grid or m.lr_grid) for m in methods}
-    planned = {}  # method → a plan of its first grid point: the key and model of its choice (lr is not in the key)
-    for method in methods:  # every input is checked before the first run trains or writes
+    for method in methods:
         if not grids[method.name]:
             raise ClbenchError(f"method {method.name!r} declares no lr grid: give one with --grid")
-        for lr in grids[method.name]:
-            checked = plan(
-                task, method, seed=seeds[0], session=session, split="validation", options={**options, "lr": lr}, **how
-            )
-            planned.setdefault(method.name, checked)
+    # every point is planned, so every input checked, before the first run trains or writes
+    plans = {
+        (method.name, lr, seed): plan(
+            RunSpec.make(task.name, method.name, seed=seed, split="validation", options={**options, "lr": lr}, **how),
+            task,
+            method,
+            session=session,
+        )
+        for method in methods
+        for lr in grids[method.name]
+        for seed in seeds
+    }
     choices = []
     for method in methods:
         search = []
         for lr in grids[method.name]:
-            outcomes = [
-                run_one(
-                    task, method, seed=seed, store=store, session=session, split="validation",
-                    options={**options, "lr": lr}, **how,
-                )
-                for seed in seeds
-            ]  # fmt: skip
+            outcomes = [execute(plans[method.name, lr, seed], store=store, session=session) for seed in seeds]
             values = [_value(store, o.run_id, objective) for o in outcomes]
             search.append(
                 {
@@ -103,7 +105,10 @@ def tune(
                 }
             )
             log(f"  tune {task.name} × {method.name}: lr {lr:g}  validation {objective} {mean(values):.4f}")
-        key = tune_key(planned[method.name].config, options)
+        first = plans[
+            method.name, grids[method.name][0], seeds[0]
+        ]  # the key and model of the choice (lr is not in the key)
+        key = tune_key(first.config, options)
         search = extended(store.tuned_search(key), search, log=log)
         best = choose(search)
         store.record_tuned(
@@ -111,7 +116,7 @@ def tune(
                 "tune_key": key,
                 "task": task.name,
                 "method": method.name,
-                "model": planned[method.name].base.ref,
+                "model": first.base.ref,
                 "profile": how.get("profile"),
                 "objective": objective,
                 "lr": best["lr"],

@@ -6,6 +6,7 @@ from conftest import tiny_llama
 from clbench.arith import char_tokenizer
 from clbench.errors import ClbenchError
 from clbench.executors import RunRequest, execute
+from clbench.spec import RunSpec
 from clbench.store import Store
 from clbench.taskspec import builtin_task_dir
 
@@ -26,7 +27,7 @@ def grid(tmp_path):
     tokenizer.save_pretrained(tmp_path / "model")
     db = str(tmp_path / "r.duckdb")
     return [
-        RunRequest("tiny-arith", method, seed, db, n_train=n, task_dirs=(str(tmp_path / "tasks"),))
+        RunRequest(RunSpec.make("tiny-arith", method, seed=seed, n_train=n), db, task_dirs=(str(tmp_path / "tasks"),))
         for method in ("et", "fft")
         for n in (5, 10)
         for seed in (0, 1)
@@ -47,7 +48,7 @@ def test_sweep_jobs_reach_one_store_once(grid, tmp_path):
 
 def test_a_failing_job_is_one_clear_error(grid, tmp_path):
     requests, db = grid
-    bad = [RunRequest("tiny-arith", "et", 0, db, n_train=10_000, task_dirs=requests[0].task_dirs)]
+    bad = [RunRequest(RunSpec.make("tiny-arith", "et", n_train=10_000), db, task_dirs=requests[0].task_dirs)]
     with pytest.raises(ClbenchError, match=r"^sweep job .* did not complete .*n_train 10000 exceeds"):
         execute(bad, "local", folder=tmp_path / "jobs")
 

@@ -85,3 +85,23 @@ def test_run_with_lm_eval_then_rebuilt_run_gives_identical_rows(model_dir, task_
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"clbench: error: no run 'nope' in {db}"
     assert main(["lm-eval", "--run", run_id, "--tasks", "clbench_old_text,clbench_old_text", "--db", str(db)]) == 2
     assert lm_eval_rows(db) == in_process
+
+
+def test_a_run_with_budget_and_param_overrides_rebuilds_exactly(model_dir, task_dir, tmp_path, capsys):
+    """`lm-eval --run` retrains what was recorded, overrides included: before the run specification it rebuilt
+    this run at the task's 20 steps and 10 test examples and refused it as no longer reproducing."""
+    db = tmp_path / "r.duckdb"
+    made = ["run", "--task", "mini-arith", "--method", "fft", "--model", model_dir, "--db", str(db)]
+    overrides = ["--budget", "steps=3", "--param", "n_test=6", "--set", "lr=0.002", "--task-dir", task_dir]
+    assert main(made + overrides) == 0
+    with duckdb.connect(str(db), read_only=True) as con:
+        ((run_id, config),) = con.execute("SELECT run_id, config FROM runs").fetchall()
+    assert '"steps": 3' in config and '"n_test": 6' in config
+    capsys.readouterr()
+    assert (
+        main(["lm-eval", "--run", run_id, "--tasks", "clbench_old_text", "--db", str(db), "--task-dir", task_dir]) == 0
+    )
+    err = capsys.readouterr().err
+    assert f"rebuilt run {run_id}: largest difference from its stored quality metrics 0\n" in err
+    assert ", n_train 16, 3 steps)" in err  # the recorded budget, not the task file's 20 steps
+    assert [r[1] for r in lm_eval_rows(db)] == ["clbench_old_text"] * 3

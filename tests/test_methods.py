@@ -58,8 +58,9 @@ def tiny_data() -> TaskData:
 
 
 def tiny_plan(base: Base, data: TaskData, method_config, budget: Budget) -> Plan:
-    """A Plan as plan() would make it for a task of `data` (init random, seed 0); run_id and config unread."""
-    return Plan("tiny", {}, method_config, base, data, budget, init="random", seed=0)
+    """A Plan as plan() would make it for a task of `data` (init random, seed 0); spec, task, method, run_id and
+    config are unread by adapt_and_evaluate."""
+    return Plan(None, None, None, "tiny", {}, method_config, base, data, budget, init="random", seed=0)
 
 
 def expected_trainable(name: str, tied: bool, old_vocab: int, n_new: int) -> int:

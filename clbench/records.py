@@ -1,0 +1,457 @@
+"""The record store: one immutable record file set per run, for many processes on a shared filesystem.
+
+    clbench run --task all --method et --db results/        # a directory (or a path ending in /) selects it
+    clbench results --db results/ ; clbench merge results/ --db all.duckdb
+
+Layout of the store's directory:
+
+    records/<run_id>/               a finished run: runs.parquet (its row: config, spec, versions, ...),
+                                    metrics.parquet and, where it has them, stage_matrix, curves, samples,
+                                    generations .parquet, in the columns of clbench/store.py's SCHEMA
+    failed/<run_id>.<attempt>/      a run that failed (diverged): its runs.parquet (the protocol records no
+                                    metrics for it; other files there are not read)
+    claims/<run_id>.<attempt>.json  one per attempt: who runs it, its heartbeat, how it ended
+    lm_eval/<run_id>/<task>.parquet `clbench lm-eval` rows;  tuned/<tune_key>.json: `clbench tune`'s choices
+    tmp/                            files being written; never read
+
+Why it survives a cluster whose shared filesystem gives no working file locks (NFS, some Lustre mounts):
+nothing here uses fcntl/flock or has two processes write one file.
+- A record is written whole under tmp/ and renamed to records/<run_id>. rename(2) of a directory is atomic
+  and fails where the target exists, so a reader sees a whole record or none, and of two processes that
+  finished the same run exactly one record lands; the other's result is discarded.
+- A claim is a hard link of a prepared file to claims/<run_id>.<n>.json; link(2) fails where the name
+  exists, so of processes racing for attempt n exactly one holds it. The holder of the highest attempt
+  owns the run; a process writes its record only while it still does.
+- A heartbeat rewrites its own claim file by rename, so a reader never sees half a claim. A claim is dead
+  when its process is gone (same host) or its heartbeat is older than STALE_SECONDS (another host).
+- Every other file (lm_eval, tuned) is written beside its name and renamed over it.
+
+DuckDB stays the query surface: `query()` opens an in-memory DuckDB with one view per table of the
+single-file store, over these files, so every reader (results, leaderboard, report, export, merge,
+ad-hoc SQL) runs unchanged. `snapshot()` writes them into one DuckDB file.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import tempfile
+import threading
+import uuid
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+
+from clbench import store as single_file
+from clbench.errors import ClbenchError
+from clbench.faults import fault_point
+from clbench.owner import Owner
+from clbench.store import PER_RUN, SCHEMA, Claim, Merged, _first_line, insert_frame, now
+
+RECORD_TABLES = ("runs", "metrics", "stage_matrix", *PER_RUN)  # the files of one record
+MARKER = "clbench-records"  # in the store's directory: what makes it one
+
+
+def is_record_store(path: str | Path) -> bool:
+    """--db DIR/ (an existing directory, or a path written with a trailing slash) selects the record store."""
+    return str(path).endswith(("/", os.sep)) or Path(path).is_dir()
+
+
+class RecordStore:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if self.path.exists() and not self.path.is_dir():
+            raise ClbenchError(f"record store {self.path} is a file, not a directory")
+
+    # --- checks and reads ----------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Fail before any work if results could not be stored here. Writes nothing but a write test."""
+        if not self.path.exists():
+            if not self.path.parent.is_dir():
+                raise ClbenchError(f"record store folder {self.path.parent} does not exist")
+            probe = self.path.parent
+        else:
+            entries = {p.name for p in self.path.iterdir()}
+            if entries and MARKER not in entries:
+                raise ClbenchError(
+                    f"{self.path} is not a clbench record store (no {MARKER} file in a non-empty folder)"
+                )
+            probe = self.path
+        try:
+            probe_file = probe / f".clbench-write-test-{uuid.uuid4().hex}"
+            probe_file.touch()
+            probe_file.unlink()
+        except OSError as error:
+            raise ClbenchError(f"cannot write the record store in {probe}: {error.strerror or error}") from None
+
+    def status(self, run_id: str) -> str | None:
+        if (self.path / "records" / run_id / "runs.parquet").exists():
+            return "finished"
+        if self._failed(run_id):
+            return "failed"
+        return None
+
+    def _failed(self, run_id: str) -> list[Path]:
+        folder = self.path / "failed"
+        return sorted(folder.glob(f"{run_id}.*")) if folder.is_dir() else []
+
+    def query(self, sql: str, params: list | None = None) -> pd.DataFrame:
+        if not (self.path / MARKER).exists():
+            raise ClbenchError(f"record store {self.path} does not exist (run `clbench run` first)")
+        with self.connect() as db:
+            try:
+                return db.execute(sql, params or []).df()
+            except duckdb.Error as error:
+                raise ClbenchError(f"record store {self.path}: {_first_line(error)}") from None
+
+    @contextmanager
+    def connect(self):
+        """An in-memory DuckDB whose tables are views over the record files (empty tables where none exist)."""
+        db = duckdb.connect(":memory:")
+        try:
+            db.execute(SCHEMA.split("CREATE OR REPLACE VIEW results")[0])
+            for table, sql in self._sources().items():
+                db.execute(f"DROP TABLE {table}")
+                db.execute(f"CREATE VIEW {table} AS {sql}")
+            db.execute("CREATE OR REPLACE VIEW results" + SCHEMA.split("CREATE OR REPLACE VIEW results")[1])
+            yield db
+        finally:
+            db.close()
+
+    def _sources(self) -> dict[str, str]:
+        """table → the SELECT over its files, for the tables that have any."""
+        quote = lambda path: "'" + str(path).replace("'", "''") + "'"
+        parquet = lambda pattern, extra="": f"read_parquet({quote(self.path / pattern)}, union_by_name = true{extra})"
+        found = lambda pattern: next(self.path.glob(pattern), None) is not None
+        sources = {}
+        finished, failed = found("records/*/runs.parquet"), found("failed/*/runs.parquet")
+        if finished or failed:
+            parts = [f"SELECT * FROM {parquet('records/*/runs.parquet')}"] if finished else []
+            if failed:  # a failed run shows only while no record of it finished, and only its latest attempt
+                parts.append(
+                    f"SELECT * EXCLUDE (filename) FROM {parquet('failed/*/runs.parquet', ', filename = true')} "
+                    + (
+                        "WHERE run_id NOT IN (SELECT run_id FROM " + parquet("records/*/runs.parquet") + ") "
+                        if finished
+                        else ""
+                    )
+                    + "QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY "
+                    + "CAST(regexp_extract(filename, '\\.(\\d+)[/\\\\]runs\\.parquet$', 1) AS INTEGER) DESC) = 1"
+                )
+            sources["runs"] = " UNION ALL BY NAME ".join(parts)
+        for table in RECORD_TABLES[1:]:
+            if found(f"records/*/{table}.parquet"):
+                sources[table] = f"SELECT * FROM {parquet(f'records/*/{table}.parquet')}"
+        if found("lm_eval/*/*.parquet"):
+            sources["lm_eval"] = f"SELECT * FROM {parquet('lm_eval/*/*.parquet')}"
+        if found("tuned/*.json"):
+            sources["tuned"] = (
+                "SELECT tune_key, task, method, model, profile, objective, lr, score, search::JSON AS search, "
+                f"chosen_at::TIMESTAMP AS chosen_at FROM read_json({quote(self.path / 'tuned/*.json')}, "
+                "columns = {tune_key: 'VARCHAR', task: 'VARCHAR', method: 'VARCHAR', model: 'VARCHAR', "
+                "profile: 'VARCHAR', objective: 'VARCHAR', lr: 'DOUBLE', score: 'DOUBLE', search: 'VARCHAR', "
+                "chosen_at: 'VARCHAR'})"
+            )
+        if found("claims/*.json"):
+            sources["attempts"] = ATTEMPTS.format(claims=quote(self.path / "claims/*.json"))
+        return sources
+
+    def tuned_search(self, tune_key: str) -> list[dict]:
+        """The search stored with a tuning choice; [] where none is stored."""
+        row = self._tuned(tune_key)
+        return json.loads(row["search"]) if row else []
+
+    def tuned_lr(self, tune_key: str) -> float | None:
+        row = self._tuned(tune_key)
+        return row["lr"] if row else None
+
+    def _tuned(self, tune_key: str) -> dict | None:
+        path = self.path / "tuned" / f"{tune_key}.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    # --- claims and heartbeats -------------------------------------------------------------------------
+
+    def claim(self, run_id: str) -> Claim:
+        """Hold run_id as its next attempt, unless it is finished or a live process holds it (see the module)."""
+        self._layout()
+        while True:
+            if self.status(run_id) == "finished":
+                return Claim("finished")
+            attempt, held = self._latest(run_id)
+            if held is not None and held["outcome"] == "running":
+                holder = Owner(held["host"], held["pid"], held["process_start"])
+                if holder != Owner.me() and self._alive(holder, held):
+                    return Claim("busy", holder=holder)
+            if self._create(self._claim_file(run_id, attempt + 1), self._attempt_row(run_id, attempt + 1)):
+                return Claim("claimed", attempt + 1)
+            # another process took attempt + 1 first: look again
+
+    @contextmanager
+    def heartbeat(self, run_id: str, attempt: int):
+        """While the body runs, refresh the attempt's beat_at every HEARTBEAT_SECONDS from a thread."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(single_file.HEARTBEAT_SECONDS):
+                row = self._read_claim(run_id, attempt)
+                if row is None or Owner(row["host"], row["pid"], row["process_start"]) != Owner.me():
+                    return
+                self._write(self._claim_file(run_id, attempt), json.dumps(row | {"beat_at": now().isoformat()}))
+
+        thread = threading.Thread(target=beat, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    def _alive(self, holder: Owner, held: dict) -> bool:
+        if holder.host == Owner.me().host:
+            return holder.alive()
+        beat = datetime.fromisoformat(held["beat_at"] or held["started_at"])
+        return (now() - beat).total_seconds() < single_file.STALE_SECONDS
+
+    def _latest(self, run_id: str) -> tuple[int, dict | None]:
+        """(the highest attempt number of run_id, its claim), (0, None) where it was never claimed."""
+        numbers = [
+            int(p.name[len(run_id) + 1 : -len(".json")]) for p in (self.path / "claims").glob(f"{run_id}.*.json")
+        ]
+        if not numbers:
+            return 0, None
+        return max(numbers), self._read_claim(run_id, max(numbers))
+
+    def _claim_file(self, run_id: str, attempt: int) -> Path:
+        return self.path / "claims" / f"{run_id}.{attempt}.json"
+
+    def _read_claim(self, run_id: str, attempt: int) -> dict | None:
+        try:
+            return json.loads(self._claim_file(run_id, attempt).read_text())
+        except FileNotFoundError:
+            return None
+
+    def _attempt_row(self, run_id: str, attempt: int, **changes) -> str:
+        me, stamp = Owner.me(), now().isoformat()
+        row = {"run_id": run_id, "attempt": attempt, "outcome": "running", "host": me.host, "pid": me.pid}
+        row |= {"process_start": me.start, "started_at": stamp, "beat_at": stamp, "ended_at": None}
+        return json.dumps(row | changes)
+
+    def _holds(self, run_id: str, attempt: int) -> bool:
+        latest, row = self._latest(run_id)
+        return (
+            latest == attempt
+            and row is not None
+            and row["outcome"] == "running"
+            and Owner(row["host"], row["pid"], row["process_start"]) == Owner.me()
+        )
+
+    # --- writes ----------------------------------------------------------------------------------------
+
+    def record(
+        self,
+        run: dict,
+        metrics: dict[str, float],
+        attempt: int | None = None,
+        stage_matrix: list[tuple] = (),
+        curves: list[tuple] = (),
+        samples: list[tuple] = (),
+        generations: list[tuple] = (),
+    ) -> None:
+        """Write one run's record whole, then rename it into place (see the module). With `attempt` (from
+        claim) nothing lands unless this process still holds that attempt, and the attempt is closed."""
+        self._layout()
+        run_id = run["run_id"]
+        if attempt is not None and not self._holds(run_id, attempt):
+            raise ClbenchError(
+                f"run {run_id}: attempt {attempt} is no longer held by this process; its result is discarded"
+            )
+        staged = self._stage(run, metrics, stage_matrix, curves, samples, generations)
+        fault_point("record")  # crash tests: SIGKILL here, the record written but not in place
+        finished = run["status"] == "finished"
+        target = self.path / "records" / run_id if finished else self.path / "failed" / f"{run_id}.{attempt or 0}"
+        try:
+            os.rename(staged, target)
+        except OSError as error:
+            shutil.rmtree(staged, ignore_errors=True)
+            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise ClbenchError(f"cannot write the record of run {run_id}: {error.strerror or error}") from None
+            if finished:  # another process recorded it first: one record per run
+                raise ClbenchError(
+                    f"run {run_id} is already recorded by another process; this result is discarded"
+                ) from None
+        if attempt is not None:
+            ended = {"outcome": run["status"], "ended_at": now().isoformat()}
+            self._write(self._claim_file(run_id, attempt), self._attempt_row(run_id, attempt, **ended))
+
+    def _stage(self, run: dict, metrics, stage_matrix, curves, samples, generations) -> Path:
+        """The record's files in a fresh folder under tmp/, in the single-file store's column types."""
+        staged = self.path / "tmp" / f"{run['run_id']}.{uuid.uuid4().hex}"
+        staged.mkdir()
+        row = dict(run, config=json.dumps(run["config"], sort_keys=True), versions=json.dumps(run["versions"]))
+        row["spec"] = json.dumps(row["spec"], sort_keys=True) if row.get("spec") is not None else None
+        with duckdb.connect(":memory:") as db:
+            db.execute(SCHEMA.split("CREATE OR REPLACE VIEW results")[0])
+            columns = list(row)
+            db.execute(
+                f"INSERT INTO runs BY NAME SELECT * FROM (VALUES ({', '.join('?' * len(columns))})) t({', '.join(columns)})",
+                [row[c] for c in columns],
+            )
+            if metrics:
+                db.executemany(
+                    "INSERT INTO metrics VALUES (?, ?, ?)",
+                    [(run["run_id"], k, float(v)) for k, v in sorted(metrics.items())],
+                )
+            if stage_matrix:
+                db.executemany(
+                    "INSERT INTO stage_matrix VALUES (?, ?, ?, ?, ?)", [(run["run_id"], *r) for r in stage_matrix]
+                )
+            for table, rows in zip(PER_RUN, (curves, samples, generations)):
+                if rows:
+                    insert_frame(db, table, run["run_id"], rows)
+            for table in RECORD_TABLES:
+                if table == "runs" or db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]:
+                    db.execute(f"COPY {table} TO '{staged / table}.parquet' (FORMAT parquet)")
+        return staged
+
+    def record_lm_eval(self, run_id: str, rows: list[dict]) -> None:
+        """Replace a run's lm-eval rows for the tasks in `rows`, each task's file renamed into place."""
+        self._layout()
+        folder = self.path / "lm_eval" / run_id
+        folder.mkdir(exist_ok=True)
+        for task in sorted({r["task"] for r in rows}):
+            frame = pd.DataFrame([{"run_id": run_id, **r} for r in rows if r["task"] == task])
+            partial = self.path / "tmp" / f"lm_eval.{uuid.uuid4().hex}.parquet"
+            with duckdb.connect(":memory:") as db:
+                db.execute(SCHEMA.split("CREATE OR REPLACE VIEW results")[0])
+                db.register("frame", frame)
+                db.execute("INSERT INTO lm_eval BY NAME SELECT * FROM frame")
+                db.execute(f"COPY lm_eval TO '{partial}' (FORMAT parquet)")
+            os.replace(partial, folder / f"{task.replace('/', '_')}.parquet")
+
+    def record_tuned(self, row: dict) -> None:
+        """Insert or replace one tuning choice (a rerun of `clbench tune` replaces it)."""
+        self._layout()
+        stored = dict(row, search=json.dumps(row["search"], sort_keys=True), chosen_at=now().isoformat())
+        self._write(self.path / "tuned" / f"{row['tune_key']}.json", json.dumps(stored))
+
+    def _write(self, path: Path, text: str) -> None:
+        """text to path by a temporary file renamed over it: a reader sees the old or the new file, never half."""
+        partial = self.path / "tmp" / f"{path.name}.{uuid.uuid4().hex}"
+        partial.write_text(text)
+        os.replace(partial, path)
+
+    def _create(self, path: Path, text: str) -> bool:
+        """text to path only if path does not exist, atomically: False where another process made it first."""
+        partial = self.path / "tmp" / f"{path.name}.{uuid.uuid4().hex}"
+        partial.write_text(text)
+        try:
+            os.link(partial, path)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            partial.unlink()
+
+    def _layout(self) -> None:
+        for folder in ("records", "failed", "claims", "lm_eval", "tuned", "tmp"):
+            (self.path / folder).mkdir(parents=True, exist_ok=True)
+        (self.path / MARKER).touch()
+
+    # --- one DuckDB file from the records ----------------------------------------------------------------
+
+    def snapshot(self, into: Path) -> None:
+        """Every table into a new single-file DuckDB store at `into` (written beside it, renamed into place)."""
+        partial = into.parent / f".{into.name}.{uuid.uuid4().hex}.partial"
+        target = str(partial).replace("'", "''")
+        with self.connect() as db:
+            db.execute(f"ATTACH '{target}' AS snapshot")
+            db.execute("USE snapshot")
+            db.execute(SCHEMA)
+            for table in (*RECORD_TABLES, "lm_eval", "tuned", "attempts"):
+                db.execute(f"INSERT INTO snapshot.{table} BY NAME SELECT * FROM memory.main.{table}")
+            db.execute("USE memory")
+            db.execute("DETACH snapshot")
+        os.replace(partial, into)
+
+
+# the attempts table from the claim files; an attempt still 'running' below a later one was interrupted
+ATTEMPTS = """
+SELECT run_id, attempt::INTEGER AS attempt,
+       CASE WHEN outcome = 'running' AND attempt < max(attempt) OVER (PARTITION BY run_id) THEN 'interrupted'
+            ELSE outcome END AS outcome,
+       host, pid::INTEGER AS pid, process_start, started_at::TIMESTAMP AS started_at,
+       beat_at::TIMESTAMP AS beat_at, ended_at::TIMESTAMP AS ended_at
+FROM read_json({claims}, columns = {{run_id: 'VARCHAR', attempt: 'INTEGER', outcome: 'VARCHAR', host: 'VARCHAR',
+     pid: 'INTEGER', process_start: 'VARCHAR', started_at: 'VARCHAR', beat_at: 'VARCHAR', ended_at: 'VARCHAR'}})
+"""
+
+
+def open_store(path: str | Path):
+    """--db: a DuckDB file (clbench.store.Store, for one machine) or, for a directory or a path ending in "/",
+    the record store (many processes, any number of hosts, one shared filesystem)."""
+    return RecordStore(path) if is_record_store(path) else single_file.Store(path)
+
+
+def merge(into, source, combine=None) -> Merged:
+    """source's runs and tuning choices into `into`, each either kind of store."""
+    if isinstance(into, RecordStore):
+        return merge_into_records(into, source, combine)
+    if isinstance(source, RecordStore):  # its records as one DuckDB file, merged like any other
+        single_file.check_merge(into, source)
+        with tempfile.TemporaryDirectory(prefix="clbench-merge-") as scratch:
+            source.snapshot(Path(scratch) / "snapshot.duckdb")
+            return single_file.merge_files(into, single_file.Store(Path(scratch) / "snapshot.duckdb"), combine)
+    return single_file.merge_files(into, source, combine)
+
+
+def merge_into_records(into: RecordStore, source, combine=None) -> Merged:
+    """source's runs (a single-file store or another record store) into a record store: each run it lacks,
+    or has only failed where the source finished it, becomes a record; tuning choices as single_file.merge."""
+    single_file.check_merge(into, source)
+    into._layout()
+    runs = source.query("SELECT * FROM runs ORDER BY run_id")
+    taken = kept = 0
+    for run in runs.to_dict("records"):
+        here = into.status(run["run_id"])
+        if here == "finished" or (here == "failed" and run["status"] != "finished"):
+            kept += 1
+            continue
+        rows = {
+            table: source.query(f"SELECT * EXCLUDE (run_id) FROM {table} WHERE run_id = ?", [run["run_id"]])
+            for table in RECORD_TABLES[1:]
+        }
+        run = {k: None if pd.isna(v) else v.item() if hasattr(v, "item") else v for k, v in run.items()}
+        run["config"], run["versions"] = json.loads(run["config"]), json.loads(run["versions"] or "null")
+        if "spec" in run and run["spec"] is not None:
+            run["spec"] = json.loads(run["spec"])
+        metrics = dict(zip(rows["metrics"].metric, rows["metrics"].value))
+        into.record(
+            run,
+            metrics,
+            stage_matrix=list(rows["stage_matrix"].itertuples(index=False, name=None)),
+            **{t: list(rows[t].itertuples(index=False, name=None)) for t in PER_RUN},
+        )
+        lm = source.query("SELECT * EXCLUDE (run_id) FROM lm_eval WHERE run_id = ?", [run["run_id"]])
+        if len(lm):
+            into.record_lm_eval(run["run_id"], lm.to_dict("records"))
+        taken += 1
+    tuned = tuned_kept = 0
+    for row in source.query("SELECT * EXCLUDE (chosen_at) FROM tuned ORDER BY tune_key").to_dict("records"):
+        row["search"] = json.loads(row["search"]) if isinstance(row["search"], str) else row["search"]
+        here = into.tuned_search(row["tune_key"])
+        if here:
+            made = combine(here, row["search"]) if combine else None
+            if made is None:
+                tuned_kept += 1
+                continue
+            row["search"], best = made
+            row |= {"lr": best["lr"], "score": best["mean"]}
+        into.record_tuned(row)
+        tuned += 1
+    return Merged(taken, kept, tuned, tuned_kept)
