@@ -31,9 +31,10 @@ from clbench.data import Example, encode_examples
 from clbench.errors import ClbenchError
 from clbench.evaluate import score
 from clbench.train import train
+from clbench.weights import fingerprint
 
 SHIPPED = Path(__file__).parent / "assets" / "arith-llama"
-# models.fingerprint of the shipped weights; written only here (the README quotes it, a test checks both)
+# weights.fingerprint of the shipped weights; written only here (the README quotes it, a test checks both)
 SHIPPED_FINGERPRINT = "5aac12d85dbb988c"
 
 
@@ -123,8 +124,6 @@ def load_or_build(recipe: Recipe = Recipe(), force: bool = False, log=None):
 
 def load_shipped():
     """The base builtin:arith-llama names: the recipe's build shipped with clbench, never rebuilt."""
-    from clbench.models import fingerprint  # clbench.models imports this module
-
     model, tokenizer = AutoModelForCausalLM.from_pretrained(SHIPPED), AutoTokenizer.from_pretrained(SHIPPED)
     if (found := fingerprint(model)) != SHIPPED_FINGERPRINT:
         raise ClbenchError(
@@ -178,8 +177,6 @@ def compare(
 
 def versus_shipped(model, tokenizer) -> list[str]:
     """A local build beside the shipped base, as lines for `clbench build-base`."""
-    from clbench.models import fingerprint
-
     shipped, shipped_tokenizer = load_shipped()
     local_acc, shipped_acc = accuracies(model, tokenizer), accuracies(shipped, shipped_tokenizer)
     diff = compare(model.state_dict(), shipped.state_dict(), local_acc, shipped_acc)

@@ -413,8 +413,9 @@ def summary(store, run_ids: list[str] | None = None, task: str | None = None) ->
     besides lr are shown only where two rows would otherwise look the same."""
     import textwrap
 
-    from clbench.leaderboard import CELLS_NOTE, KEY, aggregate, arrow, cell_text, fmt_lr, load
     from clbench.metrics import headline
+    from clbench.report.format import CELLS_NOTE, arrow, cell_text, fmt_lr
+    from clbench.report.load import KEY, aggregate, load
 
     values = load(store)[0]
     if run_ids is not None:
@@ -557,7 +558,7 @@ def cmd_results(args) -> int:
 
 
 def cmd_leaderboard(args) -> int:
-    from clbench.leaderboard import build
+    from clbench.report.leaderboard import build
 
     out = build(args.db, args.out)
     print(f"wrote {out / 'index.html'}, {out / 'leaderboard.md'}, {out / 'leaderboard.csv'}")
@@ -603,7 +604,7 @@ def cmd_push(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from clbench.paper import report
+    from clbench.report.paper import report
 
     if not args.paper:
         raise ClbenchError("report: say which report; the one so far is --paper")

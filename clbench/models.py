@@ -9,7 +9,6 @@ GGUF file is dequantized once and cached as safetensors (clbench/smollm2.py).
 from __future__ import annotations
 
 import copy
-import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from clbench import arith_llama, hub, smollm2
 from clbench.arith import char_tokenizer
 from clbench.cache import cache_root
 from clbench.errors import ClbenchError
+from clbench.weights import fingerprint
 
 CPU = torch.device("cpu")
 
@@ -72,26 +72,6 @@ class Base:
             return copy.deepcopy(self.model)
         model, self._model = self.model, None
         return model
-
-
-def fingerprint(model: torch.nn.Module) -> str:
-    """sha256 over every tensor of the state dict: names the weights, wherever they came from."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        if tensor.is_meta:  # offloaded to cpu/disk by device_map: read it where accelerate keeps it
-            tensor = _offloaded(model, name)
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()[:16]
-
-
-def _offloaded(model: torch.nn.Module, name: str) -> torch.Tensor:
-    from accelerate.utils import align_module_device
-
-    owner, _, leaf = name.rpartition(".")
-    module = model.get_submodule(owner)
-    with align_module_device(module, torch.device("cpu")):
-        return module.state_dict()[leaf].clone()
 
 
 def load_base(

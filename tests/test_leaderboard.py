@@ -10,7 +10,9 @@ import pytest
 from leaderboard_db import EVIL, SEEDED, record, seeds_db, tiny_db
 
 from clbench.cli import main, summary
-from clbench.leaderboard import aggregate, build, load, pareto_front, quality_metric
+from clbench.report.leaderboard import build
+from clbench.report.load import aggregate, load
+from clbench.report.plots import pareto_front, quality_metric
 
 
 def test_pareto_front_keeps_exactly_the_undominated_points():

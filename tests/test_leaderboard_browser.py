@@ -10,7 +10,7 @@ import shutil
 import pytest
 from leaderboard_db import EVIL, seeds_db, tiny_db
 
-from clbench.leaderboard import build
+from clbench.report.leaderboard import build
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 

@@ -7,8 +7,9 @@ import pytest
 from leaderboard_db import EVIL, record
 
 from clbench.cli import main
-from clbench.leaderboard import build, load
-from clbench.paper import (
+from clbench.report.leaderboard import build
+from clbench.report.load import load
+from clbench.report.paper import (
     HOLDS,
     NO_CLAIM,
     NOT_RUN,
@@ -22,7 +23,6 @@ from clbench.paper import (
     report,
     rows,
     verdict_cell,
-    with_profile,
 )
 from clbench.store import Store
 
@@ -101,7 +101,7 @@ def paper_db(path) -> Store:
 
 @pytest.fixture
 def values(tmp_path):
-    return with_profile(load(paper_db(tmp_path / "r.duckdb"))[0])
+    return load(paper_db(tmp_path / "r.duckdb"))[0]
 
 
 def cells(frame, columns):

@@ -19,13 +19,13 @@ import torch
 import torch.nn.functional as F
 from test_methods import tiny_base, tiny_data, tiny_plan
 
-from clbench import leaderboard
 from clbench.arith import char_tokenizer
 from clbench.cli import main
 from clbench.data import Padded, encode_examples
 from clbench.memory import PeakMemory
 from clbench.method import methods
 from clbench.protocol import Session, adapt_and_evaluate, run_one
+from clbench.report import leaderboard
 from clbench.store import Store
 from clbench.taskspec import Budget, load_task_file
 from clbench.train import epoch_batches, train, warmup_cosine

@@ -138,7 +138,7 @@ def test_a_bad_sweep_param_is_one_line_and_runs_nothing(tiny_cli, tmp_path, caps
 def test_the_leaderboard_plots_a_dictionary_size_sweep(tmp_path):
     from leaderboard_db import record
 
-    from clbench.leaderboard import build
+    from clbench.report.leaderboard import build
 
     store = Store(tmp_path / "r.duckdb")
     gaps = {(1, 8): 0.6, (1, 16): 0.8, (2, 8): 0.3, (2, 16): 0.7}  # N*(1) = 8, N*(2) = 16: k = 40 / 5 = 8

@@ -6,7 +6,7 @@ import statistics
 import pytest
 from scipy import stats as scipy_stats
 
-from clbench.leaderboard import cell_text, fmt_ci
+from clbench.report.format import cell_text, fmt_ci
 from clbench.stats import mean_ci, verdict, welch_p
 
 ET = [5.18, 5.27, 5.24]  # the et on pseudowords, 100 steps, seeds 0–2

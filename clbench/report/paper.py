@@ -2,16 +2,15 @@
 
 *Memory as a Markov Matrix* (ICML 2026) publishes one table per task family; TABLES holds its numbers, its
 model and scale, once. A row of a comparison is one (task, model, profile, n_train) and method, from the
-leaderboard's run groups (leaderboard.KEY), so runs of different profiles are never pooled. Absolute numbers are
-not comparable across models and scales; a verdict is about a direction only: the sign of a method's difference
-to the reference method (ET) in the paper against clbench's on the same rows, tested over seeds with Welch's t
-(clbench/stats.py). The leaderboard page carries the same tables (html_section).
+leaderboard's run groups (KEY in clbench/report/load.py), so runs of different profiles are never pooled.
+Absolute numbers are not comparable across models and scales; a verdict is about a direction only: the sign of a
+method's difference to the reference method (ET) in the paper against clbench's on the same rows, tested over
+seeds with Welch's t (clbench/stats.py). The leaderboard page carries the same tables (html_section).
 """
 
 from __future__ import annotations
 
 import html
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,8 +20,9 @@ import numpy as np
 import pandas as pd
 
 from clbench.errors import ClbenchError
-from clbench.leaderboard import esc, fmt, fmt_ci, fmt_lr, load, md
 from clbench.records import open_store
+from clbench.report.format import esc, fmt, fmt_ci, fmt_lr, md
+from clbench.report.load import load
 from clbench.stats import LEVEL, finite, mean_ci, welch_p
 
 REFERENCE = "et"  # every claim of the paper's tables compares a method with ET
@@ -201,18 +201,17 @@ def scale(profile: str | None) -> str:
     return PAPER_SCALE if profile == "paper" else CPU_SCALE
 
 
+def profile_label(model: str, profile: str) -> str:
+    """A block's profile as the tables show it: "default" for the task's own, "—" where nobody ran the task."""
+    return profile or ("—" if model == "—" else "default")
+
+
 # ---------------------------------------------------------------- comparison tables
 
 
-def with_profile(values: pd.DataFrame) -> pd.DataFrame:
-    """load()'s values with the profile each run used (its config's `profile`; "" for the task's default)."""
-    profiles = values.config.map(lambda c: json.loads(c).get("profile") or "") if len(values) else []
-    return values.assign(profile=profiles)
-
-
 def rows(table: Table, values: pd.DataFrame) -> pd.DataFrame:
-    """One row per (task, model, profile, n_train) × method run group of the table's tasks and methods; a
-    method the block lacks gets a row of "not run" cells, a task nobody ran one such row per method."""
+    """From load()'s values, one row per (task, model, profile, n_train) × method run group of the table's tasks
+    and methods; a method the block lacks gets a row of "not run" cells, a task nobody ran one such row per method."""
     out = []
     for task in table.tasks:
         part = values[(values.task == task) & values.method.isin(table.methods)]
@@ -267,7 +266,7 @@ def block_row(
     row = {
         "task": task,
         "model": model,
-        "profile": profile or ("—" if model == "—" else "default"),
+        "profile": profile_label(model, profile),
         "scale": "—" if model == "—" else scale(profile),
         "n_train": "" if n_train is None or pd.isna(n_train) else str(int(n_train)),
         "method": method,
@@ -310,7 +309,7 @@ def base_rows(table: Table, values: pd.DataFrame) -> pd.DataFrame:
                         "paper": fmt(number.value),
                         "clbench metric": number.metric or "—",
                         "model": model,
-                        "profile": profile or ("—" if model == "—" else "default"),
+                        "profile": profile_label(model, profile),
                         "clbench": clbench,
                     }
                 )
@@ -334,7 +333,6 @@ def intro(table: Table) -> list[str]:
 
 
 def markdown(values: pd.DataFrame, db: str | Path) -> str:
-    values = with_profile(values)
     parts = ["# clbench against the paper's tables", "", HEADER, "", f"Results database: {md(db)}.", ""]
     for table in TABLES:
         parts += [f"## {prose(heading(table))}", ""]
@@ -358,7 +356,6 @@ def md_table(frame: pd.DataFrame) -> str:
 
 def html_section(values: pd.DataFrame) -> str:
     """The same tables as one self-contained section of the leaderboard page, every string through `esc`."""
-    values = with_profile(values)
     parts = [f'<section><h2 id="paper">The paper\'s tables</h2><p class="note">{html_prose(HEADER)}</p>']
     for table in TABLES:
         parts.append(f"<h3>{esc(heading(table))}</h3>")
