@@ -5,6 +5,7 @@
     python bench/bench.py --only optimizer    # fused vs default AdamW, an FFT step on SmolLM2-135M's shape
     python bench/bench.py --only ewc-fisher   # ewc's Fisher on SmolLM2-135M: peak RSS vs the weights
     python bench/bench.py --only et-eval      # an ET run's old-text evaluation: forward pass vs the base's kept states
+    python bench/bench.py --only store        # recording a run and `clbench results` over 1,000: records vs one file
 
 Each ratio is measured within one run, configurations interleaved, so machine noise hits both sides.
 Memory is a child process's peak resident set (a fresh process per configuration), since on CPU
@@ -532,6 +533,57 @@ def section_et_eval(args) -> dict:
     }
 
 
+def store_record(step: int, *, curves: int = 200) -> tuple[dict, dict, list[tuple]]:
+    """One run's record as the protocol writes it: ~60 metrics and a 200-step training curve."""
+    from datetime import datetime
+
+    run_id = f"{step:016x}"
+    run = {
+        "run_id": run_id, "task": "pseudowords", "task_version": 1, "method": ["et", "fft", "lora"][step % 3],
+        "model": "builtin:smollm2-135m", "seed": step % 3, "status": "finished", "reason": None,
+        "config": {"seed": step % 3, "budget": {"steps": curves}, "split": "test"}, "model_fingerprint": "m" * 16,
+        "data_fingerprint": "d" * 16, "versions": {"torch": torch.__version__}, "git_commit": None,
+        "started_at": datetime(2026, 1, 1), "finished_at": datetime(2026, 1, 1), "spec": {"task": "pseudowords"},
+    }  # fmt: skip
+    metrics = {f"metric_{i:02d}": random.random() for i in range(60)}
+    return run, metrics, [(1, i, random.random(), 1e-3, 1.0) for i in range(curves)]
+
+
+def section_store(args) -> dict:
+    """Recording one run and `clbench results` over N records: the record store (a directory, one record per
+    run) against the single-file DuckDB store, side by side in one process, interleaved."""
+    import tempfile
+
+    from clbench.cli import summary
+    from clbench.records import RecordStore
+    from clbench.store import Store
+
+    out = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        stores = {"file": Store(Path(scratch) / "r.duckdb"), "records": RecordStore(Path(scratch) / "records")}
+        times = {name: [] for name in stores}
+        for step in range(args.store_runs):
+            run, metrics, curves = store_record(step)
+            for name, store in stores.items():  # interleaved: machine noise hits both
+                start = time.perf_counter()
+                store.record(run, metrics, curves=curves)
+                times[name].append(time.perf_counter() - start)
+        for name in stores:
+            out[f"record_ms_median_{name}"] = round(1000 * statistics.median(times[name]), 2)
+        queries = {name: [] for name in stores}
+        for _ in range(args.repeats):
+            for name, store in stores.items():
+                start = time.perf_counter()
+                summary(store)
+                queries[name].append(time.perf_counter() - start)
+        for name in stores:
+            out[f"results_s_median_{name}"] = round(statistics.median(queries[name]), 3)
+    out["records"] = args.store_runs
+    out["record_ratio_records_vs_file"] = round(out["record_ms_median_records"] / out["record_ms_median_file"], 2)
+    out["results_ratio_records_vs_file"] = round(out["results_s_median_records"] / out["results_s_median_file"], 2)
+    return out
+
+
 SECTIONS = {
     "overhead": section_overhead,
     "et-vs-fft": section_et_vs_fft,
@@ -542,6 +594,7 @@ SECTIONS = {
     "ewc-fisher": section_ewc_fisher,
     "ewc-run": section_ewc_run,
     "et-eval": section_et_eval,
+    "store": section_store,
 }
 
 
@@ -565,6 +618,7 @@ def main() -> None:
     parser.add_argument("--eval-batch", type=int, default=32)
     parser.add_argument("--smol-steps", type=int, default=5, help="optimizer: fft steps per run (the first untimed)")
     parser.add_argument("--fisher-examples", type=int, default=32, help="ewc-fisher: replay texts the Fisher takes")
+    parser.add_argument("--store-runs", type=int, default=1000, help="store: records written, then queried")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, repeats {args.repeats}")
     for name, section in SECTIONS.items():

@@ -56,305 +56,244 @@ def positive_int(text: str) -> int:
     return value
 
 
+KV = {"action": "append", "default": [], "metavar": "KEY=VALUE"}
+# every option, declared once; a command names those it takes (with overrides where its meaning differs)
+OPTIONS = {
+    "--task": {"required": True, "help": "task names, comma-separated, or 'all'"},
+    "--method": {"required": True, "help": "method names, comma-separated, or 'all'"},
+    "--model": {"help": "base model: builtin:NAME, a local path or a Hugging Face id (default: the task's)"},
+    "--profile": {"help": "a task profile, e.g. 'paper' for the paper's models and budgets"},
+    "--seeds": {"default": "0", "help": "comma-separated seeds (default: 0)"},
+    "--init": {"help": "initialisation of the new rows (default: the task's)"},
+    "--n-train": {"type": positive_int, "help": "override the task's number of training examples"},
+    "--set": {**KV, "help": "method option, e.g. lr=1e-3"},
+    "--param": {**KV, "help": "override a task param, e.g. n_test=50"},
+    "--budget": {**KV, "help": "override a budget key, e.g. steps=20"},
+    "--tuned": {
+        "action": "store_true",
+        "help": "take each method's lr from `clbench tune`'s choice in --db (refused where there is none); "
+        "without it, the lr the task file ships for its profile, else the method's default",
+    },
+    "--trust-remote-code": {"action": "store_true", "help": "allow a hub model's own code to run"},
+    "--device": {"default": "auto", "help": "auto (the GPU if torch sees one), cpu, cuda or cuda:N"},
+    "--device-map": {
+        "choices": ["auto"],
+        "help": "auto: place a hub/local model too large for one GPU across all of them (transformers' "
+        "device_map; never moved, never copied)",
+    },
+    "--db": {
+        "default": os.environ.get("CLBENCH_DB", DEFAULT_DB),
+        "help": f"results: a DuckDB file, or DIR/ for the record store (many processes, shared filesystem; "
+        f"docs/scale.md) (default: {DEFAULT_DB} or $CLBENCH_DB)",
+    },
+    "--task-dir": {"action": "append", "type": Path, "default": [], "help": "extra folder of task YAML files"},
+    "--lm-eval": {
+        "metavar": "TASKS",
+        "help": "also score base and adapted model in-process with these lm-eval tasks, e.g. "
+        "clbench_old_text,clbench_old_skill (shipped, offline) or any lm-eval task name (online)",
+    },
+    "--log-samples": {
+        "action": "store_true",
+        "help": "also store each target and old-text example's scores and first-position predictions (table "
+        "samples); not part of the run's config: a finished run is not rerun for them",
+    },
+    "--log": {
+        "choices": TRACKERS,
+        "help": "also send each run's training curves and metrics to this tracker as they come (its package "
+        "must be installed)",
+    },
+    "--out": {"type": Path, "help": "output file"},
+}
+ONE_TASK = {"help": "one task name"}
+COMMAND_LINE = {  # command → (help, [option or (option, overrides) or (positional, its kwargs)])
+    "run": (
+        "run tasks × methods × seeds; only what is missing from the DB",
+        ["--task", "--method", "--model", "--profile", "--seeds", "--init", "--n-train", "--set", "--param",
+         "--budget", "--tuned", "--trust-remote-code", "--device", "--device-map", "--db", "--task-dir", "--lm-eval",
+         "--log-samples", "--log"],
+    ),
+    "tune": (
+        "choose each method's lr on the task's validation split (never its test sets); store the choice",
+        [("--task", ONE_TASK), "--method", ("--seeds", {"help": "comma-separated seeds; the choice minimises their mean"}),
+         ("--grid", {"help": "comma-separated learning rates (default: each method's declared grid)"}), "--model",
+         "--profile", "--init", ("--set", {"help": "another method option"}), "--param", "--budget", "--device",
+         "--db", "--task-dir"],
+    ),
+    "ls": ("list tasks or methods", [("what", {"choices": ["tasks", "methods"]}), "--task-dir"]),
+    "validate": (
+        "check task files (schema, params, generator; new tokens and unknown text against the model's tokenizer)",
+        [("tasks", {"nargs": "*", "metavar": "TASK_OR_FILE", "help": "task names or task YAML files (default: every task)"}),
+         ("--profile", {"help": "check the data of this profile (default: the task's own)"}),
+         ("--model", {"help": "check against this model's tokenizer (default: the task's or profile's)"}),
+         "--task-dir"],
+    ),
+    "results": (
+        "print finished results: mean over seeds per task × method × model",
+        ["--db", ("--task", {"required": False, "help": "only this task"})],
+    ),
+    "sweep": (
+        "sample-efficiency curve: run methods × n_train × seeds; only what is missing",
+        [("--task", ONE_TASK), "--method",
+         ("--n", {"required": True, "help": "comma-separated numbers of training examples, e.g. 10,50,200"}),
+         "--seeds", "--model", "--profile", "--init",
+         ("--param", {"metavar": "KEY=V1,V2,...", "help": "sweep a task param over these values (repeatable: the "
+                      "grid is their cartesian product)"}),
+         "--budget",
+         ("--target-gap", {"type": float, "default": 0.5, "help": "N*: the smallest n_train whose mean gap_closed "
+                           "reaches this (default: 0.5); printed with the fit N* ≈ c·s·ln|V| after a dictionary_size sweep"}),
+         "--db", "--task-dir",
+         ("--executor", {"default": "inline", "choices": ["inline", "local", "slurm"],
+                         "help": "inline: this process; local/slurm: submitit jobs (see clbench/executors.py)"}),
+         ("--workers", {"type": positive_int, "default": 1, "help": "submitit jobs the grid is split into"}),
+         ("--executor-folder", {"default": "clbench-jobs", "help": "submitit logs and pickles (shared FS on SLURM)"}),
+         ("--slurm-partition", {}), ("--gpus-per-job", {"type": int, "default": 0}),
+         ("--timeout-min", {"type": positive_int, "default": 240}), "--device"],
+    ),
+    "explain": (
+        "nearest old tokens and sparse decomposition of a run's learned new rows",
+        [("run_id", {"help": "a finished run's id (or a unique prefix)"}),
+         ("-s", {"type": positive_int, "default": 4, "help": "old tokens in the sparse decomposition (default: 4)"}),
+         "--db"],
+    ),
+    "leaderboard": (
+        "write index.html, leaderboard.md and leaderboard.csv from a results DB",
+        ["--db", ("--out", {"default": Path("leaderboard/out"), "help": "output folder (default: leaderboard/out)"})],
+    ),
+    "report": (
+        "--paper: the paper's three tables beside clbench's results (Markdown)",
+        [("--paper", {"action": "store_true", "help": "the paper's tables (the one report so far)"}), "--db",
+         ("--out", {"help": "write the Markdown to this file (default: print it)"})],
+    ),
+    "lm-eval": (
+        "score a finished run's base and adapted model with lm-eval tasks (rebuilds the run)",
+        [("--run", {"required": True, "metavar": "RUN_ID", "help": "a finished run's id (see the runs table)"}),
+         ("--tasks", {"required": True, "help": "lm-eval task names, comma-separated, e.g. "
+                      "clbench_old_text,clbench_old_skill"}),
+         ("--batch-size", {"type": positive_int, "default": 32}), "--db", "--task-dir"],
+    ),
+    "export": (
+        "write one self-describing record per run (Parquet or JSON Lines)",
+        [("--format", {"default": "parquet", "choices": ["parquet", "jsonl"], "help": "default: parquet"}),
+         ("--out", {"help": "output file (default: clbench-results.parquet or .jsonl here)"}), "--db",
+         ("--task", {"required": False, "help": "only these tasks, comma-separated"}),
+         ("--method", {"required": False, "help": "only these methods, comma-separated"})],
+    ),
+    "merge": (
+        "copy the runs and tuning choices of other results stores into one (what it lacks)",
+        [("sources", {"nargs": "+", "metavar": "SOURCE", "help": "results DBs or record stores to read (never written)"}),
+         "--db"],
+    ),
+    "push": (
+        "export every run as Parquet to a Hugging Face hub dataset",
+        [("--repo", {"required": True, "metavar": "ORG/NAME", "help": "the dataset repo (created if missing)"}), "--db",
+         ("--private", {"action": "store_true", "help": "create the repo private (an existing one keeps its)"}),
+         ("--token-env", {"metavar": "NAME", "help": "read the hub token from $NAME (default: HF_TOKEN or a saved login)"})],
+    ),
+    "build-base": (
+        "build the arithmetic base's recipe here (builtin:arith-local; --force rebuilds) and compare it with the "
+        "shipped base (builtin:arith-llama)",
+        [("--force", {"action": "store_true"})],
+    ),
+}  # fmt: skip
+
+
 def build_parser() -> Parser:
     parser = Parser(prog="clbench", description="Continual-learning benchmark for vocabulary expansion in LMs.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    db = {
-        "default": os.environ.get("CLBENCH_DB", DEFAULT_DB),
-        "help": f"DuckDB results file (default: {DEFAULT_DB} or $CLBENCH_DB)",
-    }
-    task_dir = {
-        "action": "append",
-        "type": Path,
-        "default": [],
-        "help": "extra folder of task YAML files (repeatable)",
-    }
-
-    run = commands.add_parser("run", help="run tasks × methods × seeds; only what is missing from the DB")
-    run.add_argument("--task", required=True, help="task names, comma-separated, or 'all'")
-    run.add_argument("--method", required=True, help="method names, comma-separated, or 'all'")
-    run.add_argument(
-        "--model", help="base model: builtin:NAME, a local path or a Hugging Face id (default: the task's)"
-    )
-    run.add_argument("--profile", help="a task profile, e.g. 'paper' for the paper's models and budgets")
-    run.add_argument("--seeds", default="0", help="comma-separated seeds (default: 0)")
-    run.add_argument("--init", help="initialisation of the new rows (default: the task's)")
-    run.add_argument("--n-train", type=positive_int, help="override the task's number of training examples")
-    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="method option, e.g. lr=1e-3")
-    run.add_argument(
-        "--param", action="append", default=[], metavar="KEY=VALUE", help="override a task param, e.g. n_test=50"
-    )
-    run.add_argument(
-        "--budget", action="append", default=[], metavar="KEY=VALUE", help="override a budget key, e.g. steps=20"
-    )
-    run.add_argument(
-        "--tuned",
-        action="store_true",
-        help="take each method's lr from `clbench tune`'s choice in --db (refused where there is none); "
-        "without it, the lr the task file ships for its profile, else the method's default",
-    )
-    run.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code to run")
-    run.add_argument("--device", default="auto", help="auto (the GPU if torch sees one), cpu, cuda or cuda:N")
-    run.add_argument(
-        "--device-map",
-        choices=["auto"],
-        help="auto: place a hub/local model too large for one GPU across "
-        "all of them (transformers' device_map; never moved, never copied)",
-    )
-    run.add_argument("--db", **db)
-    run.add_argument("--task-dir", **task_dir)
-    run.add_argument(
-        "--lm-eval",
-        metavar="TASKS",
-        help="also score base and adapted model in-process with these lm-eval tasks, "
-        "e.g. clbench_old_text,clbench_old_skill (shipped, offline) or any lm-eval task name (online)",
-    )
-    run.add_argument(
-        "--log-samples",
-        action="store_true",
-        help="also store each target and old-text example's scores and first-position predictions (table samples); "
-        "not part of the run's config: a finished run is not rerun for them",
-    )
-    run.add_argument(
-        "--log",
-        choices=TRACKERS,
-        help="also send each run's training curves and metrics to this tracker as they come (its package must be installed)",
-    )
-
-    tune = commands.add_parser(
-        "tune", help="choose each method's lr on the task's validation split (never its test sets); store the choice"
-    )
-    tune.add_argument("--task", required=True, help="one task name")
-    tune.add_argument("--method", required=True, help="method names, comma-separated, or 'all'")
-    tune.add_argument("--seeds", default="0", help="comma-separated seeds; the choice minimises their mean")
-    tune.add_argument("--grid", help="comma-separated learning rates (default: each method's declared grid)")
-    tune.add_argument("--model", help="base model (default: the task's)")
-    tune.add_argument("--profile", help="a task profile")
-    tune.add_argument("--init", help="initialisation of the new rows (default: the task's)")
-    tune.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="another method option")
-    tune.add_argument(
-        "--param", action="append", default=[], metavar="KEY=VALUE", help="override a task param, e.g. n_test=50"
-    )
-    tune.add_argument(
-        "--budget", action="append", default=[], metavar="KEY=VALUE", help="override a budget key, e.g. steps=20"
-    )
-    tune.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    tune.add_argument("--db", **db)
-    tune.add_argument("--task-dir", **task_dir)
-
-    ls = commands.add_parser("ls", help="list tasks or methods")
-    ls.add_argument("what", choices=["tasks", "methods"])
-    ls.add_argument("--task-dir", **task_dir)
-
-    validate = commands.add_parser(
-        "validate",
-        help="check task files (schema, params, generator; new tokens and unknown text against the model's tokenizer)",
-    )
-    validate.add_argument(
-        "tasks", nargs="*", metavar="TASK_OR_FILE", help="task names or task YAML files (default: every task)"
-    )
-    validate.add_argument("--profile", help="check the data of this profile (default: the task's own)")
-    validate.add_argument("--model", help="check against this model's tokenizer (default: the task's or profile's)")
-    validate.add_argument("--task-dir", **task_dir)
-
-    results = commands.add_parser("results", help="print finished results: mean over seeds per task × method × model")
-    results.add_argument("--db", **db)
-    results.add_argument("--task", help="only this task")
-
-    sweep = commands.add_parser(
-        "sweep", help="sample-efficiency curve: run methods × n_train × seeds; only what is missing"
-    )
-    sweep.add_argument("--task", required=True, help="one task name")
-    sweep.add_argument("--method", required=True, help="method names, comma-separated, or 'all'")
-    sweep.add_argument("--n", required=True, help="comma-separated numbers of training examples, e.g. 10,50,200")
-    sweep.add_argument("--seeds", default="0", help="comma-separated seeds (default: 0)")
-    sweep.add_argument("--model", help="base model (default: the task's)")
-    sweep.add_argument("--profile", help="a task profile")
-    sweep.add_argument("--init", help="initialisation of the new rows (default: the task's)")
-    sweep.add_argument(
-        "--param",
-        action="append",
-        default=[],
-        metavar="KEY=V1,V2,...",
-        help="sweep a task param over these values (repeatable: the grid is their cartesian product)",
-    )
-    sweep.add_argument(
-        "--budget", action="append", default=[], metavar="KEY=VALUE", help="override a budget key, e.g. steps=20"
-    )
-    sweep.add_argument(
-        "--target-gap",
-        type=float,
-        default=0.5,
-        help="N*: the smallest n_train whose mean gap_closed reaches this (default: 0.5); "
-        "printed with the fit N* ≈ c·s·ln|V| after a dictionary_size sweep",
-    )
-    sweep.add_argument("--db", **db)
-    sweep.add_argument("--task-dir", **task_dir)
-    sweep.add_argument(
-        "--executor",
-        default="inline",
-        choices=["inline", "local", "slurm"],
-        help="inline: this process; local/slurm: submitit jobs (see clbench/executors.py)",
-    )
-    sweep.add_argument("--workers", type=positive_int, default=1, help="submitit jobs the grid is split into")
-    sweep.add_argument(
-        "--executor-folder", default="clbench-jobs", help="submitit logs and pickles (shared FS on SLURM)"
-    )
-    sweep.add_argument("--slurm-partition")
-    sweep.add_argument("--gpus-per-job", type=int, default=0)
-    sweep.add_argument("--timeout-min", type=positive_int, default=240)
-    sweep.add_argument("--device", default="auto", help="auto (the GPU if torch sees one), cpu, cuda or cuda:N")
-
-    explain = commands.add_parser(
-        "explain", help="nearest old tokens and sparse decomposition of a run's learned new rows"
-    )
-    explain.add_argument("run_id", help="a finished run's id (or a unique prefix)")
-    explain.add_argument(
-        "-s", type=positive_int, default=4, help="old tokens in the sparse decomposition (default: 4)"
-    )
-    explain.add_argument("--db", **db)
-
-    board = commands.add_parser(
-        "leaderboard", help="write index.html, leaderboard.md and leaderboard.csv from a results DB"
-    )
-    board.add_argument("--db", **db)
-    board.add_argument(
-        "--out", type=Path, default=Path("leaderboard/out"), help="output folder (default: leaderboard/out)"
-    )
-
-    report = commands.add_parser(
-        "report", help="--paper: the paper's three tables beside clbench's results (Markdown)"
-    )
-    report.add_argument("--paper", action="store_true", help="the paper's tables (the one report so far)")
-    report.add_argument("--db", **db)
-    report.add_argument("--out", type=Path, help="write the Markdown to this file (default: print it)")
-
-    lm_eval = commands.add_parser(
-        "lm-eval", help="score a finished run's base and adapted model with lm-eval tasks (rebuilds the run)"
-    )
-    lm_eval.add_argument("--run", required=True, metavar="RUN_ID", help="a finished run's id (see the runs table)")
-    lm_eval.add_argument(
-        "--tasks", required=True, help="lm-eval task names, comma-separated, e.g. clbench_old_text,clbench_old_skill"
-    )
-    lm_eval.add_argument("--batch-size", type=positive_int, default=32)
-    lm_eval.add_argument("--db", **db)
-    lm_eval.add_argument("--task-dir", **task_dir)
-
-    export = commands.add_parser("export", help="write one self-describing record per run (Parquet or JSON Lines)")
-    export.add_argument("--format", default="parquet", choices=["parquet", "jsonl"], help="default: parquet")
-    export.add_argument("--out", type=Path, help="output file (default: clbench-results.parquet or .jsonl here)")
-    export.add_argument("--db", **db)
-    export.add_argument("--task", help="only these tasks, comma-separated")
-    export.add_argument("--method", help="only these methods, comma-separated")
-
-    merge = commands.add_parser(
-        "merge", help="copy the runs and tuning choices of other results DBs into one (what it lacks)"
-    )
-    merge.add_argument("sources", nargs="+", type=Path, metavar="SOURCE", help="results DBs to read (never written)")
-    merge.add_argument("--db", **db)
-
-    push = commands.add_parser("push", help="export every run as Parquet to a Hugging Face hub dataset")
-    push.add_argument("--repo", required=True, metavar="ORG/NAME", help="the dataset repo (created if missing)")
-    push.add_argument("--db", **db)
-    push.add_argument("--private", action="store_true", help="create the repo private (an existing one keeps its)")
-    push.add_argument(
-        "--token-env", metavar="NAME", help="read the hub token from $NAME (default: HF_TOKEN or a saved login)"
-    )
-
-    base = commands.add_parser(
-        "build-base",
-        help="build the arithmetic base's recipe here (builtin:arith-local; --force rebuilds) and compare it "
-        "with the shipped base (builtin:arith-llama)",
-    )
-    base.add_argument("--force", action="store_true")
+    for name, (help_text, options) in COMMAND_LINE.items():
+        command = commands.add_parser(name, help=help_text)
+        for option in options:
+            flag, overrides = (option, {}) if isinstance(option, str) else option
+            command.add_argument(flag, **{**OPTIONS.get(flag, {}), **overrides})
     return parser
 
 
 def cmd_run(args) -> int:
     from clbench import distributed
-    from clbench.devices import resolve_device
     from clbench.method import methods
-    from clbench.protocol import Session, execute, plan
+    from clbench.protocol import Session, plan
     from clbench.records import open_store
     from clbench.taskspec import load_tasks
 
     tasks, registry = load_tasks(args.task_dir), methods()
-    task_names, method_names = tasks.resolve(args.task), registry.resolve(args.method)
-    seeds, options = parse_seeds(args.seeds), parse_options(args.set)
-    resolve_device(args.device)  # a bad --device fails before any model is loaded
-    if options and len(method_names) > 1:
-        raise ClbenchError("--set applies to one method; name a single --method with it")
-    if args.device_map and args.device != "auto":
-        raise ClbenchError("--device-map places the model itself; leave --device at auto")
+    specs = run_specs(args, tasks.resolve(args.task), registry.resolve(args.method))
     main = distributed.is_main()
-    if distributed.launched() and (args.device_map or args.lm_eval):
-        # each process would place a whole model across every GPU; lm-eval scores in one process
-        raise ClbenchError(
-            f"{'--device-map' if args.device_map else '--lm-eval'} runs in one process, not under "
-            "accelerate launch (for --lm-eval: `clbench lm-eval --run RUN_ID` afterwards)"
-        )
     store = open_store(args.db)
     session = Session(trust_remote_code=args.trust_remote_code, device=args.device, device_map=args.device_map)
     if main:  # launched as several processes, only the main one touches the store (clbench/distributed.py)
         store.check()
     checker = lm_eval_checker(args.lm_eval) if args.lm_eval else None  # bad task names fail before any training
     live = live_log(args.log) if args.log else None  # a tracker that is not installed fails before any training
-    specs = [
-        RunSpec.make(
-            task_name,
-            method_name,
-            seed=seed,
-            model=args.model,
-            profile=args.profile,
-            options=options,
-            init=args.init,
-            n_train=args.n_train,
-            tuned=args.tuned,
-            param_overrides=parse_options(args.param, "--param"),
-            budget_overrides=parse_options(args.budget, "--budget"),
-        )
-        for task_name in task_names
-        for method_name in method_names
-        for seed in seeds
-    ]
     # every run is planned, so its input checked, before the first one trains or writes
     plans = [
         plan(spec, tasks.get(spec.task), registry.get(spec.method), session=session, tuned_lr=store.tuned_lr)
         for spec in specs
     ]
-    outcomes = []
-    for planned in plans:
-        captured = {}
-        outcomes.append(
-            execute(
-                planned,
-                store=store,
-                session=session,
-                log_samples=args.log_samples,
-                live=live,
-                on_adapted=(
-                    lambda base, data, model, tokenizer, captured=captured: captured.update(
-                        base=base, data=data, model=model, tokenizer=tokenizer
-                    )
-                )
-                if checker
-                else None,
-            )
-        )
-        if checker and outcomes[-1].status in ("finished", "skipped"):  # not failed, nor left to another process
-            from clbench.lmeval import check_run, format_rows
-
-            # a run already in the DB (skipped) is rebuilt for lm-eval
-            rows = check_run(
-                store, outcomes[-1].run_id, checker, captured or None, session, args.task_dir, only_missing=True
-            )
-            print(format_rows(outcomes[-1].run_id, rows), file=sys.stderr)
+    outcomes = [execute_checked(planned, store, session, args, checker, live) for planned in plans]
     distributed.close()
     if not main:
         return 0  # the other processes trained in lockstep; the main one reports
     failed = report_statuses([o.status for o in outcomes], args.db)
     print(summary(store, [o.run_id for o in outcomes]))
     return 1 if failed else 0
+
+
+def run_specs(args, task_names: list[str], method_names: list[str]) -> list:
+    """`clbench run`'s arguments → one RunSpec per task × method × seed, every flag checked first."""
+    from clbench import distributed
+    from clbench.devices import resolve_device
+
+    seeds, options = parse_seeds(args.seeds), parse_options(args.set)
+    resolve_device(args.device)  # a bad --device fails before any model is loaded
+    if options and len(method_names) > 1:
+        raise ClbenchError("--set applies to one method; name a single --method with it")
+    if args.device_map and args.device != "auto":
+        raise ClbenchError("--device-map places the model itself; leave --device at auto")
+    if distributed.launched() and (args.device_map or args.lm_eval):
+        # each process would place a whole model across every GPU; lm-eval scores in one process
+        raise ClbenchError(
+            f"{'--device-map' if args.device_map else '--lm-eval'} runs in one process, not under "
+            "accelerate launch (for --lm-eval: `clbench lm-eval --run RUN_ID` afterwards)"
+        )
+    shared = {
+        "model": args.model,
+        "profile": args.profile,
+        "options": options,
+        "init": args.init,
+        "n_train": args.n_train,
+        "tuned": args.tuned,
+        "param_overrides": parse_options(args.param, "--param"),
+        "budget_overrides": parse_options(args.budget, "--budget"),
+    }
+    return [
+        RunSpec.make(task, method, seed=seed, **shared)
+        for task in task_names
+        for method in method_names
+        for seed in seeds
+    ]
+
+
+def execute_checked(planned, store, session, args, checker, live):
+    """execute() one plan; with --lm-eval, the lm-eval tasks on its adapted model (a run already in the store is
+    rebuilt for them)."""
+    from clbench.protocol import execute
+
+    captured = {}
+    keep = lambda base, data, model, tokenizer: captured.update(base=base, data=data, model=model, tokenizer=tokenizer)
+    outcome = execute(
+        planned,
+        store=store,
+        session=session,
+        log_samples=args.log_samples,
+        live=live,
+        on_adapted=keep if checker else None,
+    )
+    if checker and outcome.status in ("finished", "skipped"):  # not failed, nor left to another process
+        from clbench.lmeval import check_run, format_rows
+
+        rows = check_run(store, outcome.run_id, checker, captured or None, session, args.task_dir, only_missing=True)
+        print(format_rows(outcome.run_id, rows), file=sys.stderr)
+    return outcome
 
 
 def cmd_tune(args) -> int:
@@ -626,7 +565,7 @@ def cmd_sweep(args) -> int:
     from clbench.method import methods
     from clbench.protocol import Session
     from clbench.records import open_store
-    from clbench.sweep import grid, sweep
+    from clbench.sweep import grid, grid_specs, sweep
     from clbench.taskspec import load_tasks
 
     task, registry = load_tasks(args.task_dir).get(args.task), methods()
@@ -637,22 +576,11 @@ def cmd_sweep(args) -> int:
         task.resolved(args.profile, params_override=point or None, budget_override=budget or None)
     resolve_device(args.device)
     store, session = open_store(args.db), Session(device=args.device)
+    how = {"model": args.model, "profile": args.profile, "init": args.init, "budget_overrides": budget}
     if args.executor == "inline":
         outcomes = [
             (o.run_id, o.status)
-            for o in sweep(
-                task,
-                chosen,
-                ns,
-                seeds,
-                store=store,
-                session=session,
-                params=swept,
-                model=args.model,
-                profile=args.profile,
-                init=args.init,
-                budget_overrides=budget or None,
-            )
+            for o in sweep(task, chosen, ns, seeds, store=store, session=session, params=swept, **how)
         ]
     else:
         from clbench.executors import RunRequest, execute
@@ -660,41 +588,14 @@ def cmd_sweep(args) -> int:
 
         # jobs run elsewhere: an absolute path, still saying which kind of store it is
         db_path = str(Path(args.db).resolve()) + ("/" if is_record_store(args.db) else "")
-
+        task_dirs = tuple(str(d.resolve()) for d in args.task_dir)
         requests = [
-            RunRequest(
-                RunSpec.make(
-                    task.name,
-                    m.name,
-                    seed=seed,
-                    n_train=n,
-                    model=args.model,
-                    profile=args.profile,
-                    init=args.init,
-                    param_overrides=point,
-                    budget_overrides=budget,
-                ),
-                db_path,
-                device=args.device,
-                task_dirs=tuple(str(d.resolve()) for d in args.task_dir),
-            )
-            for m in chosen
-            for point in grid(swept)
-            for n in ns
-            for seed in seeds
+            RunRequest(spec, db_path, device=args.device, task_dirs=task_dirs)
+            for spec in grid_specs(task, chosen, ns, seeds, swept, **how)
         ]
-        outcomes = [
-            (run_id, status)
-            for run_id, status, _ in execute(
-                requests,
-                args.executor,
-                workers=args.workers,
-                folder=args.executor_folder,
-                timeout_min=args.timeout_min,
-                slurm_partition=args.slurm_partition,
-                gpus_per_job=args.gpus_per_job,
-            )
-        ]
+        jobs = {"workers": args.workers, "folder": args.executor_folder, "timeout_min": args.timeout_min}
+        jobs |= {"slurm_partition": args.slurm_partition, "gpus_per_job": args.gpus_per_job}
+        outcomes = [(run_id, status) for run_id, status, _ in execute(requests, args.executor, **jobs)]
     failed = report_statuses([status for _, status in outcomes], args.db)
     print_sweep(store, [run_id for run_id, _ in outcomes], list(swept), args, task, session)
     return 1 if failed else 0

@@ -1,10 +1,13 @@
-"""The protocol: one function, the same for every task and method.
+"""The protocol: one flow, the same for every task and method.
 
-    resolve config → load base and task data → check every input (plan) → (skip if already finished
-    or held by another live process) → claim → expand vocabulary → train with the method under the
-    task's budget → evaluate base and adapted → record (one transaction; see clbench/store.py)
+    RunSpec (clbench/spec.py: a run's inputs)
+      → plan(): every input checked, the base and data loaded, the config resolved and hashed to the run id
+      → execute(): skip it if the store has it finished, leave it if a live process holds it, else claim it
+          → adapt_and_evaluate(): the base's references → expand the vocabulary → train with the method under
+            the task's budget → evaluate the adapted model (computes only: no store access)
+      → the store records the result (clbench/store.py: one DuckDB file; clbench/records.py: one record per run)
 
-Base-model evaluations depend only on (model, data) and are computed once per process.
+Base-model evaluations depend only on (model, data) and are computed once per process (Session).
 """
 
 from __future__ import annotations
@@ -412,20 +415,129 @@ def adapt_and_evaluate(
     log_samples: bool = False,
     on_step: Callable[[int, float, float, float], None] | None = None,
 ) -> Evaluated:
-    """rows_path: where the learned new rows go (None: not kept); on_adapted, log_samples: as in run_one;
-    on_step(step, loss, lr, grad_norm) after every training step, steps counted across stages."""
-    base, data, budget, seed = planned.base, planned.data, planned.budget, planned.seed
-    matrix: list[tuple] = []
-    old_vocab, pad = len(base.tokenizer), base.tokenizer.pad_token_id
-    base_old, base_skill = session.scores_of_base(base, data, budget.eval_batch_size)
-    base_target = session.target_of_base(base, data, budget.eval_batch_size)
-    # before own_model(): a model placed with device_map is handed to the run, and the base reloaded on its next use
-    base_oracle = (
-        session.target_of_base(base, data, budget.eval_batch_size, oracle=True) if data.target_oracle else None
-    )
+    """The run itself, phase by phase: the base's references, expansion, training, evaluation. No store access.
 
-    # 2. expand: a private copy of the base, |V| → |V| + |U| (a sequential task adds every
-    #    stage's tokens here, each stage's rows staying at their initialisation until its stage)
+    rows_path: where the learned new rows go (None: not kept); on_adapted, log_samples: as in execute();
+    on_step(step, loss, lr, grad_norm) after every training step, steps counted across stages."""
+    base, data = planned.base, planned.data
+    references = base_references(planned, session)
+    run = expanded(planned, method, session)
+    memory = PeakMemory(input_device(run.model))  # this run's peak, from here to the end of its evaluation
+    trained = train_stages(planned, method, run, on_step)
+    if rows_path is not None:  # the learned new rows, for `clbench explain`
+        save_new_rows(rows_path, run.model, run.old_vocab, data.new_tokens, data.meaning, data.whole_word_tokens)
+    values, target, old = evaluate_adapted(planned, method, session, run, trained, references, memory)
+    emits_new = method.train_vocab == "full"
+    generations = sample_generations(
+        run.model,
+        run.tokenizer,
+        run.target_set,
+        run.old_set,
+        old_vocab=run.old_vocab,
+        emits_new=emits_new,
+        max_length=base.max_length,
+    )
+    if on_adapted is not None:
+        on_adapted(base, data, run.model, run.tokenizer)
+    curves = [(stage, step, *p) for stage, r in enumerate(trained.results, 1) for step, p in enumerate(r.curve)]
+    samples = (
+        example_rows("target", data.target_test, run.target_set, target, run.tokenizer)
+        + example_rows(
+            "old_text", [Example("", t) for t in data.old_text], run.old_set, old, run.tokenizer, references.old
+        )
+        if log_samples
+        else []
+    )
+    return Evaluated(values, trained.matrix, curves, samples, generations)
+
+
+def evaluate_adapted(planned: Plan, method: MethodSpec, session: Session, run: Expanded, trained, references, memory):
+    """4. the adapted model on the same data the base was scored on → (metrics, target scores, old-text scores);
+    a DivergedError where its losses are not finite."""
+    base, data = planned.base, planned.data
+    target, old = run.scored(run.model, run.target_set), run.scored_old(run.model)
+    values = collect_metrics(
+        base_old=references.old,
+        base_skill=references.skill,
+        at_init=run.at_init,
+        target=target,
+        old=old,
+        skill=run.scored(run.model, run.skill_set),
+        groups=[e.group for e in data.target_test],
+        result=trained.result,
+        trainable=trained.trainable,
+        base_target=references.target,
+        target_bytes=sum(len(e.completion.encode()) for e in data.target_test),
+        exact_match=data.exact_match,
+        memory=memory.metrics(),
+    )
+    values.update(
+        reference_metrics(
+            target=target,
+            no_learning=references.target,
+            oracle=references.oracle,
+            adapted_oracle=adapted_oracle(planned, method, session, run),
+            target_bytes=sum(len(e.completion.encode()) for e in data.target_test),
+            exact_match=data.exact_match,
+        )
+    )
+    values.update(generation_metrics(target, old, emits_new=method.train_vocab == "full"))
+    values.update(meaning_recovery(base, run.model, data))  # where the task knows what each new token stands for
+    if data.stages:
+        values.update(stage_metrics(trained.matrix, [s.name for s in stages_of(data)]))
+    log("  " + "  ".join(f"{k} {values[k]:.4g}" for k in LOGGED if k in values))
+    # the loop checks each loss before its update; the last update can still leave weights whose
+    # outputs overflow: a run whose adapted model scores non-finite losses diverged, it is no result
+    for name in ("target_loss", "target_loss_full", "forgetting_oldvocab", "forgetting_full"):
+        if not math.isfinite(values[name]):
+            raise DivergedError(f"non-finite {name} ({values[name]}) after training")
+    return values, target, old
+
+
+LOGGED = ("target_loss", "gap_closed", "target_acc", "target_top1", "forgetting_oldvocab", "forgetting_full")
+
+
+@dataclass(frozen=True)
+class References:
+    """The unexpanded base's scores on the run's data (cached per process by Session)."""
+
+    old: Scores  # old text
+    skill: Scores  # old skill
+    target: Scores  # the target set under the base tokenizer: the no-learning reference
+    oracle: Scores | None  # the target set's oracle version (each new token replaced by its meaning), where it has one
+
+
+def base_references(planned: Plan, session: Session) -> References:
+    """1. the base's scores, before its weights are handed to the run (a model placed with device_map is
+    handed over, and the base reloaded on its next use)."""
+    base, data, batch = planned.base, planned.data, planned.budget.eval_batch_size
+    old, skill = session.scores_of_base(base, data, batch)
+    target = session.target_of_base(base, data, batch)
+    oracle = session.target_of_base(base, data, batch, oracle=True) if data.target_oracle else None
+    return References(old, skill, target, oracle)
+
+
+@dataclass
+class Expanded:
+    """The run's private model, |V| → |V| + |U|, with its tokenizer, encoded sets and scorers."""
+
+    model: object
+    tokenizer: object
+    expansion: object
+    old_vocab: int
+    target_set: list[Encoded]
+    old_set: list[Encoded]
+    skill_set: list[Encoded]
+    scored: Callable  # (model, examples) → Scores
+    scored_old: Callable  # model → its Scores on old text
+    at_init: Scores  # the target set scored by the expanded model before any training
+
+
+def expanded(planned: Plan, method: MethodSpec, session: Session) -> Expanded:
+    """2. expand a private copy of the base (a sequential task adds every stage's tokens here, each stage's rows
+    staying at their initialisation until its stage)."""
+    base, data, budget, seed = planned.base, planned.data, planned.budget, planned.seed
+    old_vocab, pad, batch = len(base.tokenizer), base.tokenizer.pad_token_id, budget.eval_batch_size
     model = base.own_model()  # before seeding: a reload (device_map) must not shift the run's random stream
     torch.manual_seed(seed)
     tokenizer = copy.deepcopy(base.tokenizer)
@@ -434,148 +546,103 @@ def adapt_and_evaluate(
     )
     target_set = encode_examples(tokenizer, data.target_test, base.max_length)
     old_set, skill_set = old_sets(base, data)
-    scored = lambda m, examples: score(m, examples, old_vocab=old_vocab, pad_id=pad, batch_size=budget.eval_batch_size)
+    scored = lambda m, examples: score(m, examples, old_vocab=old_vocab, pad_id=pad, batch_size=batch)
     # a frozen backbone's hidden states on old text are the base's: only its head is scored there
-    kept = session.old_positions(base, data, budget.eval_batch_size) if method.frozen_backbone else None
-    scored_old = lambda m: score(
-        m, old_set, old_vocab=old_vocab, pad_id=pad, batch_size=budget.eval_batch_size, at=kept
-    )
-    init_key = (base.fingerprint, data.fingerprint(), planned.init, seed, budget.eval_batch_size)
+    kept = session.old_positions(base, data, batch) if method.frozen_backbone else None
+    scored_old = lambda m: score(m, old_set, old_vocab=old_vocab, pad_id=pad, batch_size=batch, at=kept)
+    # the expanded model before any training is the same for every method (expand() precedes setup())
+    init_key = (base.fingerprint, data.fingerprint(), planned.init, seed, batch)
     if init_key not in session.init_scores:
         session.init_scores[init_key] = scored(model, target_set)
-    at_init = session.init_scores[init_key]
-    stages = stages_of(data)
-    if data.stages:
-        matrix += stage_row(0, model, stages, tokenizer, base.max_length, scored_old, scored)
+    return Expanded(
+        model, tokenizer, expansion, old_vocab, target_set, old_set, skill_set, scored, scored_old,
+        session.init_scores[init_key],
+    )  # fmt: skip
 
-    # 3. train under the task's budget, stage after stage; the method decides only what is trainable
-    memory = PeakMemory(input_device(model))  # this run's peak, from here to the end of its evaluation
+
+@dataclass(frozen=True)
+class Trained:
+    result: TrainResult  # summed over stages (final_loss: the last stage's)
+    results: list[TrainResult]  # per stage
+    trainable: int  # the most parameters trained in one stage
+    matrix: list[tuple]  # a sequential task's stage × task matrix; empty for a plain task
+
+
+def train_stages(planned: Plan, method: MethodSpec, run: Expanded, on_step) -> Trained:
+    """3. train under the task's budget, stage after stage; the method decides only what is trainable.
+    run.model is replaced by what each stage's adapter finalizes."""
+    base, data, budget, seed = planned.base, planned.data, planned.budget, planned.seed
+    stages = stages_of(data)
+    matrix = []
+    if data.stages:
+        matrix += stage_row(0, run.model, stages, run.tokenizer, base.max_length, run.scored_old, run.scored)
     results, trainable, first_new = [], 0, 0
     for number, stage in enumerate(stages, 1):
-        adapter = setup(method, model, expansion.part(first_new, len(stage.new_tokens)), planned.method_config)
+        adapter = setup(method, run.model, run.expansion.part(first_new, len(stage.new_tokens)), planned.method_config)
         first_new += len(stage.new_tokens)
         trainable = max(trainable, sum(p.numel() for group in adapter.param_groups for p in group["params"]))
-        progress_every = max(1, budget.steps // 5)
-        prefix = f"{stage.name} " if data.stages else ""
-
-        def progress(
-            step, loss, lr, grad_norm, every=progress_every, prefix=prefix, before=(number - 1) * budget.steps
-        ):
-            if (step + 1) % every == 0:
-                log(f"  {prefix}step {step + 1}/{budget.steps}  loss {loss:.4f}")
-            if on_step:
-                on_step(before + step, loss, lr, grad_norm)
-
-        train_set = encode_examples(tokenizer, stage.train[: budget.n_train], base.max_length)
+        train_set = encode_examples(run.tokenizer, stage.train[: budget.n_train], base.max_length)
         if method.reads_old_text:  # the training_examples hook (clbench/method.py): old text (replay, ewc)
             train_set = adapter.training_examples(
-                train_set, encode_texts(tokenizer, data.replay_text, base.max_length)
+                train_set, encode_texts(run.tokenizer, data.replay_text, base.max_length)
             )
         results.append(
             train(
-                model,
+                run.model,
                 adapter.param_groups,
                 train_set,
                 steps=budget.steps,
                 batch_size=budget.batch_size,
                 lr=planned.method_config.lr,
                 seed=seed,
-                pad_id=pad,
-                vocab_limit=old_vocab if method.train_vocab == "old" else None,
-                on_step=progress,
+                pad_id=base.tokenizer.pad_token_id,
+                vocab_limit=run.old_vocab if method.train_vocab == "old" else None,
+                on_step=progress(budget.steps, number, f"{stage.name} " if data.stages else "", on_step),
                 penalty=adapter.penalty if method.penalty else None,
             )
         )
-        model = adapter.finalize()
+        run.model = adapter.finalize()
         if data.stages:
-            matrix += stage_row(number, model, stages, tokenizer, base.max_length, scored_old, scored)
-    if rows_path is not None:  # the learned new rows, for `clbench explain`
-        save_new_rows(rows_path, model, old_vocab, data.new_tokens, data.meaning, data.whole_word_tokens)
-
-    # 4. evaluate the adapted model on the same data the base was scored on
-    target, old = scored(model, target_set), scored_old(model)
-    result = TrainResult(
+            matrix += stage_row(number, run.model, stages, run.tokenizer, base.max_length, run.scored_old, run.scored)
+    total = TrainResult(
         sum(r.steps for r in results),
         results[-1].final_loss,
         sum(r.tokens_seen for r in results),
         sum(r.seconds for r in results),
     )
-    values = collect_metrics(
-        base_old=base_old,
-        base_skill=base_skill,
-        at_init=at_init,
-        target=target,
-        old=old,
-        skill=scored(model, skill_set),
-        groups=[e.group for e in data.target_test],
-        result=result,
-        trainable=trainable,
-        base_target=base_target,
-        target_bytes=sum(len(e.completion.encode()) for e in data.target_test),
-        exact_match=data.exact_match,
-        memory=memory.metrics(),
+    return Trained(total, results, trainable, matrix)
+
+
+def progress(steps: int, stage: int, prefix: str, on_step):
+    """The training loop's per-step callback: a log line five times a stage, and on_step with steps counted
+    across stages."""
+    every, before = max(1, steps // 5), (stage - 1) * steps
+
+    def report(step, loss, lr, grad_norm):
+        if (step + 1) % every == 0:
+            log(f"  {prefix}step {step + 1}/{steps}  loss {loss:.4f}")
+        if on_step:
+            on_step(before + step, loss, lr, grad_norm)
+
+    return report
+
+
+def adapted_oracle(planned: Plan, method: MethodSpec, session: Session, run: Expanded) -> Scores | None:
+    """The adapted model on the target set's oracle version, where the task has one."""
+    base, data, batch = planned.base, planned.data, planned.budget.eval_batch_size
+    if not data.target_oracle:
+        return None
+    oracle_set = encode_examples(run.tokenizer, data.target_oracle, base.max_length)
+    # the base's hidden states serve only where the expanded tokenizer reads the oracle text as the base's does
+    reuse = method.frozen_backbone and oracle_set == session.oracle_encoded(base, data)
+    return score(
+        run.model,
+        oracle_set,
+        old_vocab=run.old_vocab,
+        pad_id=base.tokenizer.pad_token_id,
+        batch_size=batch,
+        at=session.oracle_positions(base, data, batch) if reuse else None,
     )
-    adapted_oracle = None
-    if data.target_oracle:
-        oracle_set = encode_examples(tokenizer, data.target_oracle, base.max_length)
-        # the base's hidden states serve only where the expanded tokenizer reads the oracle text as the base's does
-        reuse = method.frozen_backbone and oracle_set == session.oracle_encoded(base, data)
-        adapted_oracle = score(
-            model,
-            oracle_set,
-            old_vocab=old_vocab,
-            pad_id=pad,
-            batch_size=budget.eval_batch_size,
-            at=session.oracle_positions(base, data, budget.eval_batch_size) if reuse else None,
-        )
-    values.update(
-        reference_metrics(
-            target=target,
-            no_learning=base_target,
-            oracle=base_oracle,
-            adapted_oracle=adapted_oracle,
-            target_bytes=sum(len(e.completion.encode()) for e in data.target_test),
-            exact_match=data.exact_match,
-        )
-    )
-    emits_new = method.train_vocab == "full"
-    values.update(generation_metrics(target, old, emits_new=emits_new))
-    values.update(meaning_recovery(base, model, data))  # where the task knows what each new token stands for
-    if data.stages:
-        values.update(stage_metrics(matrix, [s.name for s in stages]))
-    log(
-        "  "
-        + "  ".join(
-            f"{k} {values[k]:.4g}"
-            for k in (
-                "target_loss",
-                "gap_closed",
-                "target_acc",
-                "target_top1",
-                "forgetting_oldvocab",
-                "forgetting_full",
-            )
-            if k in values
-        )
-    )
-    # the loop checks each loss before its update; the last update can still leave weights whose
-    # outputs overflow: a run whose adapted model scores non-finite losses diverged, it is no result
-    for name in ("target_loss", "target_loss_full", "forgetting_oldvocab", "forgetting_full"):
-        if not math.isfinite(values[name]):
-            raise DivergedError(f"non-finite {name} ({values[name]}) after training")
-    generations = sample_generations(
-        model, tokenizer, target_set, old_set, old_vocab=old_vocab, emits_new=emits_new, max_length=base.max_length
-    )
-    if on_adapted is not None:
-        on_adapted(base, data, model, tokenizer)
-    curves = [(stage, step, *point) for stage, r in enumerate(results, 1) for step, point in enumerate(r.curve)]
-    samples = (
-        example_rows("target", data.target_test, target_set, target, tokenizer)
-        + example_rows("old_text", [Example("", t) for t in data.old_text], old_set, old, tokenizer, base_old)
-        if log_samples
-        else []
-    )
-    return Evaluated(values, matrix, curves, samples, generations)
 
 
 def setup(method: MethodSpec, model, expansion, method_config):

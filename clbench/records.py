@@ -67,6 +67,14 @@ class RecordStore:
         self.path = Path(path)
         if self.path.exists() and not self.path.is_dir():
             raise ClbenchError(f"record store {self.path} is a file, not a directory")
+        self._scratch_db = None  # an in-memory DuckDB with the tables, where records are staged (made once)
+        self._scratch_lock = threading.Lock()
+
+    def _scratch(self):
+        if self._scratch_db is None:
+            self._scratch_db = duckdb.connect(":memory:")
+            self._scratch_db.execute(SCHEMA.split("CREATE OR REPLACE VIEW results")[0])
+        return self._scratch_db
 
     # --- checks and reads ----------------------------------------------------------------------------
 
@@ -295,13 +303,13 @@ class RecordStore:
         staged.mkdir()
         row = dict(run, config=json.dumps(run["config"], sort_keys=True), versions=json.dumps(run["versions"]))
         row["spec"] = json.dumps(row["spec"], sort_keys=True) if row.get("spec") is not None else None
-        with duckdb.connect(":memory:") as db:
-            db.execute(SCHEMA.split("CREATE OR REPLACE VIEW results")[0])
+        with self._scratch_lock:
+            db = self._scratch()
+            for table in RECORD_TABLES:
+                db.execute(f"DELETE FROM {table}")
             columns = list(row)
-            db.execute(
-                f"INSERT INTO runs BY NAME SELECT * FROM (VALUES ({', '.join('?' * len(columns))})) t({', '.join(columns)})",
-                [row[c] for c in columns],
-            )
+            values = ", ".join("?" * len(columns))
+            db.execute(f"INSERT INTO runs ({', '.join(columns)}) VALUES ({values})", [row[c] for c in columns])
             if metrics:
                 db.executemany(
                     "INSERT INTO metrics VALUES (?, ?, ?)",
@@ -315,7 +323,7 @@ class RecordStore:
                 if rows:
                     insert_frame(db, table, run["run_id"], rows)
             for table in RECORD_TABLES:
-                if table == "runs" or db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]:
+                if table == "runs" or rows_in(db, table):
                     db.execute(f"COPY {table} TO '{staged / table}.parquet' (FORMAT parquet)")
         return staged
 
@@ -378,6 +386,10 @@ class RecordStore:
             db.execute("USE memory")
             db.execute("DETACH snapshot")
         os.replace(partial, into)
+
+
+def rows_in(db, table: str) -> int:
+    return db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
 
 
 # the attempts table from the claim files; an attempt still 'running' below a later one was interrupted

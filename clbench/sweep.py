@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from clbench.metrics import headline
-from clbench.protocol import Outcome, run_one
+from clbench.protocol import Outcome, execute, plan
+from clbench.spec import RunSpec
 
 SPREAD = ["target_loss", "target_acc"]  # also reported as the standard deviation over seeds
 TARGET_GAP = 0.5  # the default fraction of gap_closed that defines N*
@@ -35,34 +36,26 @@ def grid(params: Mapping[str, list[str]]) -> list[dict[str, str]]:
     return [dict(zip(params, values)) for values in itertools.product(*params.values())]
 
 
-def sweep(
-    task,
-    methods: list,
-    ns: list[int],
-    seeds: list[int],
-    *,
-    store,
-    session,
-    params: Mapping[str, list[str]] | None = None,
-    **run_options,
-) -> list[Outcome]:
-    """run_options: run_one's (budget_overrides among them), the same for every point."""
+def grid_specs(task, methods: list, ns: list[int], seeds: list[int], params=None, **how) -> list[RunSpec]:
+    """The sweep's points as run specifications: methods × task-param grid × N × seeds; how: RunSpec.make's
+    model, profile, init, budget_overrides, the same for every point."""
     return [
-        run_one(
-            task,
-            method,
-            seed=seed,
-            store=store,
-            session=session,
-            n_train=n,
-            param_overrides=point or None,
-            **run_options,
-        )
+        RunSpec.make(task.name, method.name, seed=seed, n_train=n, param_overrides=point, **how)
         for method in methods
         for point in grid(params or {})
         for n in ns
         for seed in seeds
     ]
+
+
+def sweep(
+    task, methods: list, ns: list[int], seeds: list[int], *, store, session, params=None, **how
+) -> list[Outcome]:
+    """Every point planned (so checked) before the first trains, then each executed in this process."""
+    by_name = {method.name: method for method in methods}
+    specs = grid_specs(task, methods, ns, seeds, params, **how)
+    plans = [plan(spec, task, by_name[spec.method], session=session, tuned_lr=store.tuned_lr) for spec in specs]
+    return [execute(planned, store=store, session=session) for planned in plans]
 
 
 def curve(store, run_ids: list[str], by: list[str] | tuple = ()) -> pd.DataFrame:

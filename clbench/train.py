@@ -75,6 +75,20 @@ def adamw(param_groups: list[dict], lr: float) -> torch.optim.AdamW:
     return torch.optim.AdamW(param_groups, lr=lr, weight_decay=0.0, fused=True if fused else None)
 
 
+def check_trainable(params: list[torch.Tensor]) -> None:
+    """A method's bug, caught before it silently trains nothing: a low-precision or offloaded trainable weight."""
+    low = sorted({str(p.dtype).removeprefix("torch.") for p in params if p.dtype != torch.float32})
+    if low:
+        raise ClbenchError(
+            f"trainable parameters must be float32 masters, got {', '.join(low)}: an AdamW step below "
+            "2^-8 of a bf16 weight rounds away; keep float32 copies and let autocast compute in bf16"
+        )
+    if any(p.is_meta for p in params):
+        raise ClbenchError(
+            "a trainable parameter is offloaded to cpu/disk by device_map; only weights on a device can train"
+        )
+
+
 def train(
     model,
     param_groups: list[dict],
@@ -96,17 +110,8 @@ def train(
     clipped at every step; the logged and returned loss stay the task loss alone.
     on_step(step, loss, lr, grad_norm) after each update, with the values TrainResult.curve keeps."""
     params = [p for group in param_groups for p in group["params"]]
-    low = sorted({str(p.dtype).removeprefix("torch.") for p in params if p.dtype != torch.float32})
-    if low:  # a method's bug, caught before it silently trains nothing
-        raise ClbenchError(
-            f"trainable parameters must be float32 masters, got {', '.join(low)}: an AdamW step below "
-            "2^-8 of a bf16 weight rounds away; keep float32 copies and let autocast compute in bf16"
-        )
+    check_trainable(params)
     device = input_device(model)
-    if any(p.is_meta for p in params):
-        raise ClbenchError(
-            "a trainable parameter is offloaded to cpu/disk by device_map; only weights on a device can train"
-        )
     # launched as several processes (accelerate launch): DDP or FSDP, each process a shard of every batch;
     # before the optimizer, since FSDP replaces the parameters with sharded ones
     parallel = DataParallel(model, param_groups, penalty=penalty is not None) if launched() else None

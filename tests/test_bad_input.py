@@ -233,7 +233,13 @@ CASES = [
         lambda c: c.run("--db", str(READ_ONLY_DIR / "clbench-results.duckdb")),
         f"cannot create results database in {READ_ONLY_DIR}",
     ),
-    ("db-path-is-a-directory", lambda c: c.run("--db", str(c.root)), "is a directory"),
+    # a directory selects the record store; one holding other files is not one
+    ("db-path-is-a-foreign-directory", lambda c: c.run("--db", str(c.root)), "is not a clbench record store"),
+    (
+        "db-record-store-is-a-file",
+        lambda c: c.run("--db", str(_mkdir(c.root / "plain", {"results": b"x"}) / "results") + "/"),
+        "is a file, not a directory",
+    ),
     ("db-folder-missing", lambda c: c.run("--db", str(c.root / "nowhere" / "r.duckdb")), "nowhere does not exist"),
     ("seeds-malformed", lambda c: c.run("--seeds", "0,,1"), "--seeds must be comma-separated integers, got '0,,1'"),
     ("seeds-repeated", lambda c: c.run("--seeds", "0,0"), "--seeds must be distinct non-negative integers, got '0,0'"),

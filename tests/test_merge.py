@@ -13,7 +13,8 @@ import duckdb
 import pytest
 
 from clbench.cli import main
-from clbench.store import Merged, Store, merge
+from clbench.records import merge
+from clbench.store import Merged, Store
 from clbench.tune import merged_search
 from tests.leaderboard_db import record
 

@@ -12,10 +12,10 @@ import tempfile
 from pathlib import Path
 
 from clbench.errors import ClbenchError
+from clbench.records import open_store
 from clbench.report.format import markdown_board
 from clbench.report.load import KEY, load, read_board
 from clbench.report.page import page
-from clbench.records import open_store
 
 
 def build(db: str | Path, out: str | Path) -> Path:
