@@ -12,7 +12,8 @@ Layout of the store's directory:
                                     metrics for it; other files there are not read)
     claims/<run_id>.<attempt>.json  one per attempt: who runs it, its heartbeat, how it ended
     lm_eval/<run_id>/<task>.parquet `clbench lm-eval` rows;  tuned/<tune_key>.json: `clbench tune`'s choices
-    tmp/                            files being written; never read
+    tmp/                            files being written; never read (a killed process may leave some behind:
+                                    safe to delete while no process writes to the store)
 
 Why it survives a cluster whose shared filesystem gives no working file locks (NFS, some Lustre mounts):
 nothing here uses fcntl/flock or has two processes write one file.
@@ -363,6 +364,11 @@ class RecordStore:
             return True
         except FileExistsError:
             return False
+        except OSError as error:  # a filesystem without hard links cannot hold claims atomically
+            raise ClbenchError(
+                f"record store {self.path}: cannot create a claim by link(2) ({error.strerror or error}); "
+                "use a filesystem with hard links (NFS, Lustre, GPFS, local disks have them)"
+            ) from None
         finally:
             partial.unlink()
 
