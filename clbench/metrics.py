@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -34,6 +35,9 @@ class Metric:
     headline: Mapping[str, int] = field(default_factory=dict)
     # a task's own metric, computed from the run's other values: → a float, or None where it does not apply
     compute: Callable[[Mapping[str, float]], float | None] | None = None
+    # a built-in metric's computation from the run's scores (RunScores): → a float, None where it does not
+    # apply, or {name: value} for a family (target_acc and target_acc_<group>)
+    score: Callable[[RunScores], float | Mapping[str, float] | None] | None = None
 
 
 METRICS: Registry[Metric] = Registry("metric")
@@ -48,6 +52,7 @@ def register_metric(
     definition: str,
     headline: Mapping[str, int] | None = None,
     compute: Callable[[Mapping[str, float]], float | None] | None = None,
+    score: Callable[[RunScores], float | Mapping[str, float] | None] | None = None,
 ) -> Metric:
     """Declare a metric; a second declaration of a name is an error, except by the same task
     hook file run again (each Task object of a file executes it)."""
@@ -58,7 +63,7 @@ def register_metric(
         )
     if _loading and metric in METRICS and _declared_in.get(metric) == _loading[-1]:
         return METRICS.get(metric)  # the first run's declaration stands: the same file declares the same
-    declared = METRICS.register(metric, Metric(metric, higher_is_better, definition, headline, compute))
+    declared = METRICS.register(metric, Metric(metric, higher_is_better, definition, headline, compute, score))
     if _loading:
         _declared_in[metric] = _loading[-1]
     return declared
@@ -105,6 +110,84 @@ def computed(metrics: list[Metric], values: Mapping[str, float]) -> dict[str, fl
     return {name: value for name, value in results.items() if value is not None}
 
 
+@dataclass(frozen=True)
+class RunScores:
+    """Everything a run's built-in metrics are computed from, gathered once (clbench/protocol.py
+    evaluate_adapted). Each *Scores is a clbench.evaluate.Scores of one model on one set; None where the
+    run has no such set."""
+
+    target: Any = None  # the adapted model on the held-out target examples (expanded tokenizer)
+    old: Any = None  # the adapted model on old text (base tokenizer)
+    skill: Any = None  # the adapted model on the old-skill probe
+    base_old: Any = None  # the base on old text
+    base_skill: Any = None  # the base on the old-skill probe
+    at_init: Any = None  # the expanded model before training on the target examples
+    no_learning: Any = None  # the base on the target examples, base tokenizer: learning nothing
+    oracle: Any = None  # the base on the target examples with each new token replaced by its meaning
+    adapted_oracle: Any = None  # the adapted model on that oracle version
+    groups: tuple = ()  # each target example's group (data.Example.group), for target_acc_<group>
+    train: Any = None  # clbench.train.TrainResult, summed over stages
+    trainable: int = 0
+    target_bytes: int = 0  # UTF-8 bytes of the target completions
+    exact_match: bool = False  # the task scores exact match (target_acc and its references)
+    emits_new: bool = False  # trained under the full softmax, so decoding may emit a new token
+    memory: Mapping[str, float] = field(default_factory=dict)  # clbench/memory.py PeakMemory.metrics
+    recovery: Mapping[str, float] = field(default_factory=dict)  # clbench/explain.py meaning_recovery
+
+
+def scored(scores: RunScores, names: list[str] | None = None) -> dict[str, float]:
+    """Every built-in metric (or those named) that applies to these scores, each by its declared score."""
+    values: dict[str, float] = {}
+    for name in names if names is not None else METRICS.names():
+        metric = METRICS.get(name)
+        if metric.score is None:
+            continue
+        value = metric.score(scores)
+        if isinstance(value, Mapping):
+            values.update(value)
+        elif value is not None:
+            values[name] = value
+    return values
+
+
+def target_accuracies(r: RunScores) -> dict[str, float]:
+    """target_acc and, per group of the target examples, target_acc_<group>."""
+    values = {"target_acc": accuracy(r.target.hits_old)}
+    for group in sorted({g for g in r.groups if g}):
+        members = torch.tensor([g == group for g in r.groups])
+        values[f"target_acc_{group}"] = accuracy(r.target.hits_old[members])
+    return values
+
+
+def alike(r: RunScores) -> bool:
+    """Per-token losses compare only where the completions tokenize alike with and without the new tokens
+    (the new token sits in the prompt); elsewhere (xling) bits per byte compare."""
+    return r.no_learning.n_full == r.target.n_full == r.target.n_old
+
+
+def gap_closed_of(r: RunScores) -> float | None:
+    if r.oracle is None:
+        return None
+    return gap_closed(r.target.loss_old, r.no_learning.loss_old, r.oracle.loss_old) if alike(r) else math.nan
+
+
+def gap_closed_se_of(r: RunScores) -> float | None:
+    closed = gap_closed_of(r)
+    if closed is None or not math.isfinite(closed):  # NaN: the oracle is no better than learning nothing
+        return None
+    return bootstrap_gap_closed_se(*(per_example(s) for s in (r.target, r.no_learning, r.oracle)))
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """NaN or no value: the metric does not apply (no gap to close; a resample without a finite spread)."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def per_example(scores) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-example Σ NLL and scored positions under the old softmax: what a bootstrap resamples."""
+    return scores.example_nll_old, scores.example_n_old
+
+
 def markdown_table() -> str:
     """Every declared metric: docs/metrics.md holds this table (a test keeps the two equal)."""
     rows = ["| metric | better | headline in | definition |", "|---|---|---|---|"]
@@ -122,24 +205,20 @@ register_metric(
     "target_loss",
     higher_is_better=False,
     definition="mean NLL per scored token on held-out target examples, old-vocabulary softmax, over completion positions whose target is an old token",
-    headline={"summary": 10, "leaderboard": 40, "curve": 10},
-)
+    headline={"summary": 10, "leaderboard": 40, "curve": 10}, score=lambda r: r.target.loss_old)
 register_metric(
     "target_loss_full",
     higher_is_better=False,
-    definition="as target_loss with the full softmax, over every completion position",
-)
+    definition="as target_loss with the full softmax, over every completion position", score=lambda r: r.target.loss_full)
 register_metric(
     "target_loss_init",
     higher_is_better=False,
-    definition="target_loss of the expanded model before training (new rows at their initialisation)",
-)
+    definition="target_loss of the expanded model before training (new rows at their initialisation)", score=lambda r: r.at_init.loss_old)
 register_metric(
     "target_acc",
     higher_is_better=True,
     definition="exact match of the whole completion (greedy, old-vocabulary argmax) on held-out target examples",
-    headline={"summary": 20, "leaderboard": 10, "curve": 20},
-)
+    headline={"summary": 20, "leaderboard": 10, "curve": 20}, score=lambda r: target_accuracies(r) if r.exact_match else None)
 # target_acc_<group> for every group of the target examples (data.Example.group); these two are headlines
 register_metric(
     "target_acc_seen",
@@ -156,179 +235,170 @@ register_metric(
 register_metric(
     "old_loss_base",
     higher_is_better=False,
-    definition="mean NLL per token of the base model on old-vocabulary text",
-)
+    definition="mean NLL per token of the base model on old-vocabulary text", score=lambda r: r.base_old.loss_old)
 register_metric(
     "forgetting_oldvocab",
     higher_is_better=False,
     definition="old-text NLL, adapted (old-vocabulary softmax) − base",
-    headline={"summary": 60, "leaderboard": 60, "curve": 50},
-)
+    headline={"summary": 60, "leaderboard": 60, "curve": 50}, score=lambda r: forgetting(r.old.loss_old, r.base_old.loss_old))
 register_metric(
     "forgetting_full",
     higher_is_better=False,
     definition="old-text NLL, adapted (full softmax) − base",
-    headline={"summary": 70, "leaderboard": 70, "curve": 60},
-)
+    headline={"summary": 70, "leaderboard": 70, "curve": 60}, score=lambda r: forgetting(r.old.loss_full, r.base_old.loss_old))
 register_metric(
     "old_skill_acc",
     higher_is_better=True,
-    definition="exact match on the old-skill probe, adapted model, old-vocabulary argmax",
-)
+    definition="exact match on the old-skill probe, adapted model, old-vocabulary argmax", score=lambda r: accuracy(r.skill.hits_old) if len(r.skill.hits_old) else None)
 register_metric(
     "old_skill_acc_base",
     higher_is_better=True,
-    definition="exact match on the old-skill probe, base model",
-)
+    definition="exact match on the old-skill probe, base model", score=lambda r: accuracy(r.base_skill.hits_old) if len(r.skill.hits_old) else None)
 register_metric(
     "old_skill_acc_delta",
     higher_is_better=True,
     definition="old_skill_acc − old_skill_acc_base",
-    headline={"summary": 50, "leaderboard": 50},
-)
+    headline={"summary": 50, "leaderboard": 50}, score=lambda r: accuracy(r.skill.hits_old) - accuracy(r.base_skill.hits_old) if len(r.skill.hits_old) else None)
 register_metric(
     "old_skill_acc_delta_full",
     higher_is_better=True,
-    definition="as old_skill_acc_delta with the adapted model's argmax over the full vocabulary",
-)
-register_metric("final_train_loss", higher_is_better=False, definition="training loss of the last step")
+    definition="as old_skill_acc_delta with the adapted model's argmax over the full vocabulary", score=lambda r: accuracy(r.skill.hits_full) - accuracy(r.base_skill.hits_old) if len(r.skill.hits_old) else None)
+register_metric("final_train_loss", higher_is_better=False, definition="training loss of the last step", score=lambda r: r.train.final_loss)
 register_metric(
     "train_seconds",
     higher_is_better=False,
     definition="wall time of the training loop",
-    headline={"summary": 90, "leaderboard": 90},
-)
+    headline={"summary": 90, "leaderboard": 90}, score=lambda r: r.train.seconds)
 register_metric(
     "trainable_params",
     higher_is_better=False,
     definition="number of parameters the optimizer updates",
-    headline={"summary": 80, "leaderboard": 80},
-)
-register_metric("tokens_seen", higher_is_better=False, definition="non-padding tokens processed in training")
-register_metric("tokens_per_second", higher_is_better=True, definition="tokens_seen / train_seconds")
+    headline={"summary": 80, "leaderboard": 80}, score=lambda r: r.trainable)
+register_metric("tokens_seen", higher_is_better=False, definition="non-padding tokens processed in training", score=lambda r: r.train.tokens_seen)
+register_metric("tokens_per_second", higher_is_better=True, definition="tokens_seen / train_seconds", score=lambda r: r.train.tokens_seen / r.train.seconds if r.train.seconds else float("nan"))
 register_metric(
     "peak_mem_mb",
     higher_is_better=False,
-    definition="CUDA runs: torch.cuda.max_memory_allocated (MiB) from the run's training start to the end of its evaluation, stats reset at the start; CPU runs recorded before peak_rss_increase_mb stored the process's resident high-water mark here, which carries earlier runs' peaks",
-)
+    definition="CUDA runs: torch.cuda.max_memory_allocated (MiB) from the run's training start to the end of its evaluation, stats reset at the start; CPU runs recorded before peak_rss_increase_mb stored the process's resident high-water mark here, which carries earlier runs' peaks", score=lambda r: r.memory.get("peak_mem_mb"))
 register_metric(
     "peak_rss_increase_mb",
     higher_is_better=False,
-    definition="CPU runs: the process's peak resident set (MiB), sampled every 50 ms from the run's training start to the end of its evaluation, minus its resident set at that start: what the run itself added (clbench/memory.py)",
-)
+    definition="CPU runs: the process's peak resident set (MiB), sampled every 50 ms from the run's training start to the end of its evaluation, minus its resident set at that start: what the run itself added (clbench/memory.py)", score=lambda r: r.memory.get("peak_rss_increase_mb"))
 register_metric(
     "target_bpb",
     higher_is_better=False,
     definition="bits per UTF-8 byte of the held-out target completions: Σ NLL (full softmax, every completion position incl. eos) / ln 2 / bytes; compares across tokenizers",
-    headline={"summary": 26, "leaderboard": 41},
-)
+    headline={"summary": 26, "leaderboard": 41}, score=lambda r: bits_per_byte(r.target.nll_full, r.target_bytes) if r.target_bytes else None)
 register_metric(
     "target_bpb_base",
     higher_is_better=False,
     definition="target_bpb of the base model with the base tokenizer on the same text (meaningful where the base tokenizer covers the text, e.g. byte-level BPE)",
-    headline={"summary": 27, "leaderboard": 42},
-)
+    headline={"summary": 27, "leaderboard": 42}, score=lambda r: bits_per_byte(r.no_learning.nll_full, r.target_bytes) if r.target_bytes and r.no_learning is not None else None)
 register_metric(
     "target_bpb_init",
     higher_is_better=False,
-    definition="target_bpb of the expanded model before training (new rows at their initialisation): what adding the tokens costs or saves before any learning; between it and target_bpb is what training did",
-)
+    definition="target_bpb of the expanded model before training (new rows at their initialisation): what adding the tokens costs or saves before any learning; between it and target_bpb is what training did", score=lambda r: bits_per_byte(r.at_init.nll_full, r.target_bytes) if r.target_bytes else None)
 register_metric(
     "target_tokens_per_byte",
     higher_is_better=False,
-    definition="tokens per UTF-8 byte of the target completions with the expanded tokenizer (incl. eos): what a new vocabulary saves",
-)
+    definition="tokens per UTF-8 byte of the target completions with the expanded tokenizer (incl. eos): what a new vocabulary saves", score=lambda r: r.target.n_full / r.target_bytes)
 register_metric(
     "target_tokens_per_byte_base",
     higher_is_better=False,
-    definition="target_tokens_per_byte with the base tokenizer, before expansion",
-)
+    definition="target_tokens_per_byte with the base tokenizer, before expansion", score=lambda r: r.no_learning.n_full / r.target_bytes)
 register_metric(
     "target_top1",
     higher_is_better=True,
     definition="next-token top-1: the old-vocabulary argmax at the first completion position (the token right after the prompt) is right",
-    headline={"summary": 25, "leaderboard": 15},
-)
+    headline={"summary": 25, "leaderboard": 15}, score=lambda r: accuracy(r.target.top1_old))
 # evaluation noise (clbench/protocol.py evaluation_noise)
-for _name in ("target_loss", "forgetting_oldvocab", "forgetting_full"):
+NOISE = {  # evaluation noise of each of these, from per-example sums (forgetting: paired with the base)
+    "target_loss": lambda r: bootstrap_se(r.target.example_nll_old, r.target.example_n_old),
+    "forgetting_oldvocab": lambda r: bootstrap_se(
+        r.old.example_nll_old, r.old.example_n_old, r.base_old.example_nll_old, r.base_old.example_n_old
+    ),
+    "forgetting_full": lambda r: bootstrap_se(
+        r.old.example_nll_full, r.old.example_n_full, r.base_old.example_nll_old, r.base_old.example_n_old
+    ),
+}
+for _name, _score in NOISE.items():
     register_metric(
         f"{_name}_se",
         higher_is_better=False,
         definition=f"evaluation noise of {_name}: bootstrap standard error over the evaluation examples ({BOOTSTRAP_RESAMPLES} resamples, fixed seed{'; paired with the base on the same examples' if _name.startswith('forgetting') else ''})",
+        score=_score,
     )
-for _name, _paired in (("gap_closed", "no-learning and oracle references"), ("word_gap", "adapted oracle")):
+for _name, _paired, _score in (
+    ("gap_closed", "no-learning and oracle references", lambda r: finite_or_none(gap_closed_se_of(r))),
+    (
+        "word_gap",
+        "adapted oracle",
+        lambda r: bootstrap_se(*per_example(r.target), *per_example(r.adapted_oracle))
+        if r.adapted_oracle is not None
+        else None,
+    ),
+):
     register_metric(
         f"{_name}_se",
         higher_is_better=False,
         definition=f"evaluation noise of {_name}: bootstrap standard error over the target examples ({BOOTSTRAP_RESAMPLES} resamples, fixed seed), resampled together with the {_paired} on the same examples",
+        score=_score,
     )
 # reference points, stored with every run (clbench/protocol.py references)
 register_metric(
     "target_loss_nolearn",
     higher_is_better=False,
-    definition="no-learning reference: target_loss of the unexpanded base on the same examples, each new token left as its old sub-word pieces (where the completions tokenize alike; else see target_bpb_base)",
-)
-register_metric("target_top1_nolearn", higher_is_better=True, definition="target_top1 of the no-learning reference")
+    definition="no-learning reference: target_loss of the unexpanded base on the same examples, each new token left as its old sub-word pieces (where the completions tokenize alike; else see target_bpb_base)", score=lambda r: r.no_learning.loss_old if alike(r) else None)
+register_metric("target_top1_nolearn", higher_is_better=True, definition="target_top1 of the no-learning reference", score=lambda r: accuracy(r.no_learning.top1_old))
 register_metric(
     "target_loss_oracle",
     higher_is_better=False,
-    definition="oracle reference, where the task knows what a new token stands for: target_loss of the base on the same examples with each new token replaced by its meaning (pseudowords: the word it replaced; arithmetic: *)",
-)
-register_metric("target_top1_oracle", higher_is_better=True, definition="target_top1 of the oracle reference")
+    definition="oracle reference, where the task knows what a new token stands for: target_loss of the base on the same examples with each new token replaced by its meaning (pseudowords: the word it replaced; arithmetic: *)", score=lambda r: r.oracle.loss_old if r.oracle is not None else None)
+register_metric("target_top1_oracle", higher_is_better=True, definition="target_top1 of the oracle reference", score=lambda r: accuracy(r.oracle.top1_old) if r.oracle is not None else None)
 register_metric(
     "target_acc_nolearn",
     higher_is_better=True,
-    definition="target_acc of the no-learning reference (tasks scored by exact match)",
-)
+    definition="target_acc of the no-learning reference (tasks scored by exact match)", score=lambda r: accuracy(r.no_learning.hits_old) if r.exact_match else None)
 register_metric(
     "target_acc_oracle",
     higher_is_better=True,
-    definition="target_acc of the oracle reference (tasks scored by exact match): arithmetic, the base's accuracy on a*b",
-)
+    definition="target_acc of the oracle reference (tasks scored by exact match): arithmetic, the base's accuracy on a*b", score=lambda r: accuracy(r.oracle.hits_old) if r.exact_match and r.oracle is not None else None)
 register_metric(
     "gap_closed",
     higher_is_better=True,
     definition="(target_loss_nolearn − target_loss) / (target_loss_nolearn − target_loss_oracle): 0 learned nothing, 1 as good as the base reading the meaning; >1 beats it, <0 worse than not learning",
-    headline={"summary": 15, "leaderboard": 35, "curve": 15},
-)
+    headline={"summary": 15, "leaderboard": 35, "curve": 15}, score=lambda r: finite_or_none(gap_closed_of(r)))
 register_metric(
     "target_loss_oracle_adapted",
     higher_is_better=False,
-    definition="the adapted model's target_loss on the oracle version of the target examples (each new token replaced by its meaning)",
-)
+    definition="the adapted model's target_loss on the oracle version of the target examples (each new token replaced by its meaning)", score=lambda r: r.adapted_oracle.loss_old if r.adapted_oracle is not None else None)
 register_metric(
     "word_gap",
     higher_is_better=False,
     definition="target_loss − target_loss_oracle_adapted, one model: what reading the new token still costs against reading its meaning; separates learning the word from adapting to the corpus",
-    headline={"leaderboard": 36},
-)
+    headline={"leaderboard": 36}, score=lambda r: r.target.loss_old - r.adapted_oracle.loss_old if r.adapted_oracle is not None else None)
 # greedy use of the new tokens (clbench/protocol.py generation_metrics), from the scoring pass's argmax
 register_metric(
     "new_token_recall",
     higher_is_better=True,
-    definition="share of the occurrences of a new token after the first position of a target example (prompt or completion) where the greedy next token given the reference prefix is that token; 0 by construction for a method trained under the old softmax, which decodes over the old vocabulary",
-)
+    definition="share of the occurrences of a new token after the first position of a target example (prompt or completion) where the greedy next token given the reference prefix is that token; 0 by construction for a method trained under the old softmax, which decodes over the old vocabulary", score=lambda r: (r.target.new_recalled / r.target.new_occurrences if r.emits_new else 0.0) if r.target.new_occurrences else None)
 register_metric(
     "new_token_false_use",
     higher_is_better=False,
-    definition="share of old-text scored positions (no new token in the text) whose greedy next token, given the reference prefix, is a new token; 0 by construction for a method trained under the old softmax",
-)
+    definition="share of old-text scored positions (no new token in the text) whose greedy next token, given the reference prefix, is a new token; 0 by construction for a method trained under the old softmax", score=lambda r: (r.old.new_emitted / r.old.n_full if r.emits_new else 0.0) if r.old.n_full else None)
 # dictionary recovery, where the task knows what each new token stands for (clbench/explain.py: the rules)
 register_metric(
     "meaning_recall_at_s",
     higher_is_better=True,
-    definition="share of a new token's true words (those that are one base token) among the s atoms of its learned input row's OMP decomposition over the old input rows, s = its number of true words, all rows centred (minus the old rows' mean); mean over new tokens",
-)
+    definition="share of a new token's true words (those that are one base token) among the s atoms of its learned input row's OMP decomposition over the old input rows, s = its number of true words, all rows centred (minus the old rows' mean); mean over new tokens", score=lambda r: r.recovery.get("meaning_recall_at_s"))
 register_metric(
     "meaning_rank_median",
     higher_is_better=False,
-    definition="rank (1 = nearest) of each true word among the old input rows by cosine to the learned input row, all rows centred (minus the old rows' mean), so an untrained row reads at chance, (V + 1) / 2 of V old rows; median over every scored (token, word) pair",
-)
+    definition="rank (1 = nearest) of each true word among the old input rows by cosine to the learned input row, all rows centred (minus the old rows' mean), so an untrained row reads at chance, (V + 1) / 2 of V old rows; median over every scored (token, word) pair", score=lambda r: r.recovery.get("meaning_rank_median"))
 register_metric(
     "meaning_words_scored",
     higher_is_better=True,
-    definition="(token, true word) pairs the recovery metrics score: true words that are one base token (with a leading space where new tokens are whole words)",
-)
+    definition="(token, true word) pairs the recovery metrics score: true words that are one base token (with a leading space where new tokens are whole words)", score=lambda r: r.recovery.get("meaning_words_scored"))
 # sequential tasks (clbench/cl_metrics.py): GEM's average, backward and forward transfer over the stage × task matrix
 register_metric(
     "avg_target_acc", higher_is_better=True, definition="mean over stages of target_acc after the last stage"

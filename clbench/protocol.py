@@ -456,33 +456,26 @@ def evaluate_adapted(planned: Plan, method: MethodSpec, session: Session, run: E
     a DivergedError where its losses are not finite."""
     base, data = planned.base, planned.data
     target, old = run.scored(run.model, run.target_set), run.scored_old(run.model)
-    values = collect_metrics(
-        base_old=references.old,
-        base_skill=references.skill,
-        at_init=run.at_init,
+    scores = M.RunScores(
         target=target,
         old=old,
         skill=run.scored(run.model, run.skill_set),
-        groups=[e.group for e in data.target_test],
-        result=trained.result,
+        base_old=references.old,
+        base_skill=references.skill,
+        at_init=run.at_init,
+        no_learning=references.target,
+        oracle=references.oracle,
+        adapted_oracle=adapted_oracle(planned, method, session, run),
+        groups=tuple(e.group for e in data.target_test),
+        train=trained.result,
         trainable=trained.trainable,
-        base_target=references.target,
         target_bytes=sum(len(e.completion.encode()) for e in data.target_test),
         exact_match=data.exact_match,
+        emits_new=method.train_vocab == "full",
         memory=memory.metrics(),
+        recovery=meaning_recovery(base, run.model, data),  # where the task knows what each new token stands for
     )
-    values.update(
-        reference_metrics(
-            target=target,
-            no_learning=references.target,
-            oracle=references.oracle,
-            adapted_oracle=adapted_oracle(planned, method, session, run),
-            target_bytes=sum(len(e.completion.encode()) for e in data.target_test),
-            exact_match=data.exact_match,
-        )
-    )
-    values.update(generation_metrics(target, old, emits_new=method.train_vocab == "full"))
-    values.update(meaning_recovery(base, run.model, data))  # where the task knows what each new token stands for
+    values = M.scored(scores)  # every built-in metric, by its declaration (clbench/metrics.py)
     if data.stages:
         values.update(stage_metrics(trained.matrix, [s.name for s in stages_of(data)]))
     log("  " + "  ".join(f"{k} {values[k]:.4g}" for k in LOGGED if k in values))
@@ -687,80 +680,6 @@ def stage_metrics(matrix: list[tuple], names: list[str]) -> dict[str, float]:
     return values
 
 
-def evaluation_noise(target: Scores, old: Scores, base_old: Scores) -> dict[str, float]:
-    """Bootstrap standard errors over examples (metrics.bootstrap_se): how much a headline number
-    would move on another draw of the same number of evaluation examples; seeds add their own."""
-    se = M.bootstrap_se
-    return {
-        "target_loss_se": se(target.example_nll_old, target.example_n_old),
-        "forgetting_oldvocab_se": se(
-            old.example_nll_old, old.example_n_old, base_old.example_nll_old, base_old.example_n_old
-        ),
-        "forgetting_full_se": se(
-            old.example_nll_full, old.example_n_full, base_old.example_nll_old, base_old.example_n_old
-        ),
-    }
-
-
-def per_example(scores: Scores) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-example Σ NLL and scored positions under the old softmax: what a bootstrap resamples."""
-    return scores.example_nll_old, scores.example_n_old
-
-
-def reference_metrics(
-    *,
-    target: Scores,
-    no_learning: Scores,
-    oracle: Scores | None,
-    adapted_oracle: Scores | None,
-    target_bytes: int,
-    exact_match: bool = False,
-) -> dict[str, float]:
-    """What learning nothing, and reading what each new token stands for, score on the same
-    examples (definitions: clbench/metrics.py). Per-token losses are compared only where the
-    completions tokenize alike with and without the new tokens (the new token sits in the prompt);
-    where they do not (xling), bits per byte compare: target_bpb against target_bpb_base.
-    exact_match: the task scores target_acc, and so do its references."""
-    values = {
-        "target_top1_nolearn": M.accuracy(no_learning.top1_old),
-        "target_tokens_per_byte": target.n_full / target_bytes,
-        "target_tokens_per_byte_base": no_learning.n_full / target_bytes,
-    }
-    if exact_match:
-        values["target_acc_nolearn"] = M.accuracy(no_learning.hits_old)
-    alike = no_learning.n_full == target.n_full == target.n_old
-    if alike:
-        values["target_loss_nolearn"] = no_learning.loss_old
-    if oracle is not None:
-        values["target_loss_oracle"] = oracle.loss_old
-        values["target_top1_oracle"] = M.accuracy(oracle.top1_old)
-        if exact_match:  # the paper's arithmetic reference: the base's accuracy on a*b (63.5 % on Llama-3.2-3B)
-            values["target_acc_oracle"] = M.accuracy(oracle.hits_old)
-        closed = M.gap_closed(target.loss_old, no_learning.loss_old, oracle.loss_old) if alike else math.nan
-        if math.isfinite(closed):  # NaN: the oracle is no better than learning nothing, no gap to close
-            values["gap_closed"] = closed
-            closed_se = M.bootstrap_gap_closed_se(*(per_example(s) for s in (target, no_learning, oracle)))
-            if math.isfinite(closed_se):  # NaN: some resample had no gap, the ratio has no finite spread
-                values["gap_closed_se"] = closed_se
-    if adapted_oracle is not None:
-        values["target_loss_oracle_adapted"] = adapted_oracle.loss_old
-        values["word_gap"] = target.loss_old - adapted_oracle.loss_old
-        values["word_gap_se"] = M.bootstrap_se(*per_example(target), *per_example(adapted_oracle))
-    return values
-
-
-def generation_metrics(target: Scores, old: Scores, *, emits_new: bool) -> dict[str, float]:
-    """Greedy use of the new tokens (definitions: clbench/metrics.py), from the argmax the scoring pass
-    already took. emits_new: the method trained under the full softmax; one trained under the old
-    (p(u | ·) = 0) decodes over V, so it never emits a new token."""
-    values = {}
-    if old.n_full:
-        values["new_token_false_use"] = old.new_emitted / old.n_full if emits_new else 0.0
-    if target.new_occurrences:
-        values["new_token_recall"] = target.new_recalled / target.new_occurrences if emits_new else 0.0
-    return values
-
-
 GENERATED_TARGETS, GENERATED_OLD, GENERATED_TOKENS = 3, 2, 8  # stored continuations per run, and their length
 
 
@@ -793,54 +712,3 @@ def sample_generations(
         text = tokenizer.decode
         rows.append((number, source, text(ids[:cut]), text(out), text(reference), sum(t >= old_vocab for t in out)))
     return rows
-
-
-def collect_metrics(
-    *,
-    base_old: Scores,
-    base_skill: Scores,
-    at_init: Scores,
-    target: Scores,
-    old: Scores,
-    skill: Scores,
-    groups: list[str | None],
-    result: TrainResult,
-    trainable: int,
-    base_target: Scores | None = None,
-    target_bytes: int = 0,
-    exact_match: bool = True,
-    memory: dict[str, float] | None = None,
-) -> dict[str, float]:
-    """memory: the run's memory metric (clbench/memory.py PeakMemory.metrics)."""
-    values = {
-        "target_loss": target.loss_old,
-        "target_loss_full": target.loss_full,
-        "target_loss_init": at_init.loss_old,
-        "target_top1": M.accuracy(target.top1_old),
-        "old_loss_base": base_old.loss_old,
-        "forgetting_oldvocab": M.forgetting(old.loss_old, base_old.loss_old),
-        "forgetting_full": M.forgetting(old.loss_full, base_old.loss_old),
-        "final_train_loss": result.final_loss,
-        "train_seconds": result.seconds,
-        "trainable_params": trainable,
-        "tokens_seen": result.tokens_seen,
-        "tokens_per_second": result.tokens_seen / result.seconds if result.seconds else float("nan"),
-        **(memory or {}),
-    }
-    values.update(evaluation_noise(target, old, base_old))
-    if target_bytes:
-        values["target_bpb"] = M.bits_per_byte(target.nll_full, target_bytes)
-        values["target_bpb_init"] = M.bits_per_byte(at_init.nll_full, target_bytes)
-        if base_target is not None:
-            values["target_bpb_base"] = M.bits_per_byte(base_target.nll_full, target_bytes)
-    if exact_match:
-        values["target_acc"] = M.accuracy(target.hits_old)
-        for group in sorted({g for g in groups if g}):
-            members = torch.tensor([g == group for g in groups])
-            values[f"target_acc_{group}"] = M.accuracy(target.hits_old[members])
-    if len(skill.hits_old):
-        values["old_skill_acc"] = M.accuracy(skill.hits_old)
-        values["old_skill_acc_base"] = M.accuracy(base_skill.hits_old)
-        values["old_skill_acc_delta"] = values["old_skill_acc"] - values["old_skill_acc_base"]
-        values["old_skill_acc_delta_full"] = M.accuracy(skill.hits_full) - values["old_skill_acc_base"]
-    return values

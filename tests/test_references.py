@@ -14,7 +14,7 @@ from clbench.data import encode_examples
 from clbench.evaluate import score
 from clbench.expand import expand
 from clbench.method import methods
-from clbench.protocol import Session, reference_metrics, run_one
+from clbench.protocol import Session, run_one
 from clbench.store import Store
 from clbench.taskspec import load_tasks
 
@@ -82,6 +82,37 @@ def scores(n_old, n_full, loss=2.0):
     half = torch.tensor([n_old / 2, n_old / 2], dtype=torch.float64)
     fields = {"n_old": n_old, "n_full": n_full, "loss_old": loss, "top1_old": hits, "hits_old": hits[:1]}
     return type("S", (), fields | {"example_nll_old": loss * half, "example_n_old": half})()
+
+
+# the metrics that compare a run with learning nothing and with reading the meaning
+REFERENCES = [
+    "target_top1_nolearn",
+    "target_tokens_per_byte",
+    "target_tokens_per_byte_base",
+    "target_acc_nolearn",
+    "target_loss_nolearn",
+    "target_loss_oracle",
+    "target_top1_oracle",
+    "target_acc_oracle",
+    "gap_closed",
+    "gap_closed_se",
+    "target_loss_oracle_adapted",
+    "word_gap",
+    "word_gap_se",
+]
+
+
+def reference_metrics(*, target, no_learning, oracle, adapted_oracle, target_bytes, exact_match=False):
+    """The references' values, each by its declaration's score, from these scores alone."""
+    scores = M.RunScores(
+        target=target,
+        no_learning=no_learning,
+        oracle=oracle,
+        adapted_oracle=adapted_oracle,
+        target_bytes=target_bytes,
+        exact_match=exact_match,
+    )
+    return M.scored(scores, names=REFERENCES)
 
 
 def test_references_where_the_task_knows_the_meaning():
