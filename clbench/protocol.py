@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from clbench import cl_metrics, distributed
+from clbench import cl_metrics, distributed, teacher
 from clbench import metrics as M
 from clbench.data import Encoded, Example, Stage, TaskData, encode_examples, encode_texts, read_all
 from clbench.devices import input_device, resolve_device
@@ -332,6 +332,8 @@ def plan(
     }
     if task.spec.allow_unknown_tokens:  # only where set: every other run keeps the run_id it always had
         config["allow_unknown_tokens"] = True
+    if method.reads_teacher_text:  # what its teacher reads for a new token (clbench/teacher.py), or a refusal
+        config["teacher"] = teacher.source(full, task.name)
     options = dict(options or {})
     if "lr" not in options:
         lr = chosen_lr(task, method, profile, base.ref == default_model, tune_key(config, options), tuned)
@@ -509,6 +511,8 @@ def adapt_and_evaluate(
             train_set = adapter.training_examples(
                 train_set, encode_texts(tokenizer, data.replay_text, base.max_length)
             )
+        if method.reads_teacher_text:  # the teacher hook (clbench/method.py): the base's reading of the same examples
+            adapter.teacher(teacher.readings(base.tokenizer, data, stage, train_set, base.max_length), pad)
         results.append(
             train(
                 model,
