@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from test_methods import tiny_base, tiny_plan
 
 from clbench import teacher
+from clbench.arith import char_tokenizer
 from clbench.data import Encoded, Example, Stage, TaskData, encode_examples, encode_texts
 from clbench.errors import ClbenchError
 from clbench.expand import expand
@@ -236,3 +237,17 @@ def test_the_config_records_what_the_teacher_read(tmp_path):
     assert planned.data.train_oracle[0] == dataclasses.replace(
         planned.data.train[0], prompt=planned.data.train[0].prompt.replace("<spec>", "*")
     )
+
+
+def test_the_pseudowords_teacher_reads_the_word_each_training_sentence_lost():
+    task = load_tasks().get("pseudowords")
+    data = task.build(task.resolved()[2], char_tokenizer())
+    assert len(data.train_oracle) == len(data.train) and teacher.source(data) == "train_oracle"
+    read = {}
+    for example, oracle in zip(data.train, data.train_oracle):
+        *context, pseudo = example.prompt.split()
+        assert oracle.prompt.split()[:-1] == context and oracle.completion == example.completion
+        read.setdefault(pseudo, set()).add(oracle.prompt.split()[-1])
+    # the word each sentence held: one of the pseudo-word's s = 2 words, both where the training pool has both
+    assert read.keys() == data.meaning.keys() and all(read[p] <= set(data.meaning[p]) for p in read)
+    assert sorted(len(words) for words in read.values()) == [1, 1, 2, 2, 2, 2, 2, 2]
