@@ -6,6 +6,7 @@
     python bench/bench.py --only ewc-fisher   # ewc's Fisher on SmolLM2-135M: peak RSS vs the weights
     python bench/bench.py --only et-eval      # an ET run's old-text evaluation: forward pass vs the base's kept states
     python bench/bench.py --only store        # recording a run and `clbench results` over 1,000: records vs one file
+    python bench/bench.py --only et-vs-fft    # a step's time and peak memory: et, fft and distill (its teacher's pass)
 
 Each ratio is measured within one run, configurations interleaved, so machine noise hits both sides.
 Memory is a child process's peak resident set (a fresh process per configuration), since on CPU
@@ -31,7 +32,8 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import clbench.train
-from clbench.data import Example, collate, encode_examples
+from clbench import teacher
+from clbench.data import Example, Stage, TaskData, collate, encode_examples
 from clbench.expand import expand
 from clbench.method import methods
 from clbench.train import epoch_batches, train
@@ -149,34 +151,31 @@ def child_step_cost(method: str, shape: str, steps: int) -> dict:
         digits = "0123456789" * 13
         examples, new_tokens, batch = [Example(digits[:64] + "<spec>", digits[:64])] * 8, ["<spec>"], 4
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    base_tokenizer = tokenizer
     model, tokenizer, expansion = expanded(model, tokenizer, new_tokens)
     encoded = encode_examples(tokenizer, examples, 512)
     spec = methods().get(method)
     adapter = spec.setup(model, expansion, spec.config())
+    if spec.reads_teacher_text:  # distill: the teacher reads <spec>'s own 6 pieces (no train_oracle here)
+        data = TaskData(new_tokens, examples, examples, ["0"])
+        stage = Stage("", new_tokens, examples, examples)
+        adapter.teacher(teacher.readings(base_tokenizer, data, stage, encoded, 512), tokenizer.pad_token_id)
     times = []
-    train(
+    step = lambda seed: train(
         model,
         adapter.param_groups,
         encoded,
         steps=1,
         batch_size=batch,
         lr=1e-4,
-        seed=0,
+        seed=seed,
         pad_id=tokenizer.pad_token_id,
         vocab_limit=expansion.old_vocab if spec.train_vocab == "old" else None,
-    )  # warm-up
-    for step in range(steps):
-        result = train(
-            model,
-            adapter.param_groups,
-            encoded,
-            steps=1,
-            batch_size=batch,
-            lr=1e-4,
-            seed=step,
-            pad_id=tokenizer.pad_token_id,
-            vocab_limit=expansion.old_vocab if spec.train_vocab == "old" else None,
-        )
+        penalty=adapter.penalty if spec.penalty else None,
+    )
+    step(0)  # warm-up
+    for seed in range(steps):
+        result = step(seed)
         times.append(result.seconds)
     state = sum(p.numel() for g in adapter.param_groups for p in g["params"])
     return {
@@ -190,7 +189,7 @@ def child_step_cost(method: str, shape: str, steps: int) -> dict:
 def section_et_vs_fft(args) -> dict:
     out = {}
     for shape in ("arith", "smollm2-shape"):
-        runs = {"et": [], "fft": []}
+        runs = {"et": [], "fft": [], "distill": []}
         for _ in range(max(1, args.repeats // 2)):
             for method in runs:
                 child = subprocess.run(
@@ -205,6 +204,9 @@ def section_et_vs_fft(args) -> dict:
             **{f"{m}_{k}": v for m, d in med.items() for k, v in d.items()},
             "time_ratio_et_over_fft": med["et"]["seconds_per_step"] / med["fft"]["seconds_per_step"],
             "peak_rss_ratio_et_over_fft": med["et"]["peak_rss_mb"] / med["fft"]["peak_rss_mb"],
+            # distill's price over et's: its teacher's forward pass at every step (baselines/distill.py)
+            "time_ratio_distill_over_et": med["distill"]["seconds_per_step"] / med["et"]["seconds_per_step"],
+            "peak_rss_ratio_distill_over_et": med["distill"]["peak_rss_mb"] / med["et"]["peak_rss_mb"],
             "target": "time ratio <= 0.7",
         }
     return out

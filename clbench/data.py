@@ -59,17 +59,26 @@ class TaskData:
     # its meaning (pseudowords: the word it replaced; arithmetic: `*`), one per target example, same
     # completions. The base on these is the "as good as the word it stands for" reference.
     target_oracle: list[Example] = field(default_factory=list)
+    # the same for the training pool (a plain task's; one per `train` example, same completions): what a
+    # distilling method's teacher reads (clbench/teacher.py). Not in the fingerprint, so that no task's data
+    # fingerprint or run id moved when it was added; a generator that changes it takes a new task version
+    train_oracle: list[Example] = field(default_factory=list)
     # whether a completion is a short answer that can be matched whole (arithmetic's value); a free-text
     # continuation never is (a 6-word continuation is 0 for every method): target_acc is then not reported
     exact_match: bool = True
 
     def check(self, task: str) -> None:
         """What a generator must guarantee about its splits; a violation is the generator's bug."""
-        if self.target_oracle and (
-            len(self.target_oracle) != len(self.target_test)
-            or any(o.completion != t.completion for o, t in zip(self.target_oracle, self.target_test))
+        for name, oracle, examples, kind in (
+            ("target_oracle", self.target_oracle, self.target_test, "target"),
+            ("train_oracle", self.train_oracle, self.train, "training"),
         ):
-            raise ClbenchError(f"task {task!r}: target_oracle must pair each target example, with its completion")
+            if oracle and (
+                len(oracle) != len(examples) or any(o.completion != e.completion for o, e in zip(oracle, examples))
+            ):
+                raise ClbenchError(f"task {task!r}: {name} must pair each {kind} example, with its completion")
+        if self.train_oracle and self.stages:
+            raise ClbenchError(f"task {task!r}: train_oracle pairs a plain task's train; a sequential task has none")
         pairs = lambda examples: {(e.prompt, e.completion) for e in examples}
         if pairs(self.validation) & (pairs(self.target_test) | pairs(self.train)):
             raise ClbenchError(f"task {task!r}: validation examples overlap the target or training set")
@@ -77,7 +86,8 @@ class TaskData:
             raise ClbenchError(f"task {task!r}: validation_old_text overlaps old_text or replay_text")
 
     def fingerprint(self) -> str:
-        blob = json.dumps(asdict(self), sort_keys=True, ensure_ascii=False).encode()
+        fields = {k: v for k, v in asdict(self).items() if k != "train_oracle"}
+        blob = json.dumps(fields, sort_keys=True, ensure_ascii=False).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
 

@@ -61,13 +61,18 @@ def check_expansion(tokenizer, new_tokens: list[str], init: str) -> None:
     check_new_tokens(tokenizer, new_tokens)
 
 
+def spelled(tokenizer, text: str, *, whole_words: bool) -> list[int]:
+    """What the tokenizer reads `text` as where a new token stands: a whole-word token absorbs the space
+    before it, so the text is read with that space (" glorp", not "glorp")."""
+    return tokenizer.encode(" " + text if whole_words else text, add_special_tokens=False)
+
+
 def add_new_tokens(tokenizer, new_tokens: list[str], *, whole_words: bool) -> list[list[int]]:
     """Adds U to the tokenizer → the pieces the old tokenizer made of each new token."""
+    pieces = [spelled(tokenizer, t, whole_words=whole_words) for t in new_tokens]
     if whole_words:
-        pieces = [tokenizer.encode(" " + t, add_special_tokens=False) for t in new_tokens]
         tokenizer.add_tokens([AddedToken(t, single_word=True, lstrip=True, normalized=False) for t in new_tokens])
     else:
-        pieces = [tokenizer.encode(t, add_special_tokens=False) for t in new_tokens]
         tokenizer.add_tokens(new_tokens)
     return pieces
 

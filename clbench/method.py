@@ -43,7 +43,13 @@ class Adapter(Protocol):
 
     # Optional: penalty() -> Tensor, declared by penalty=True. A scalar train() adds to the loss at
     # every step: backpropagated, clipped with the rest and checked for finiteness with it; the logged
-    # and returned training loss stay the task loss alone. `ewc`'s pull toward the old weights.
+    # and returned training loss stay the task loss alone. `ewc`'s pull toward the old weights; `distill`'s
+    # whole objective (no trainable parameter of its tied form reads the task loss).
+
+    # Optional: teacher(readings, pad_id), declared by reads_teacher_text=True. The protocol calls it once per
+    # stage, after setup and before the first step, with one clbench.teacher.Reading per training example:
+    # the example as train() feeds it, as the base reads it with each new token replaced by what it stands
+    # for, and which positions of the two have read the same text. `distill`'s teacher.
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,7 @@ class MethodSpec:
     # the adapted model's hidden states on text without new tokens are exactly the base's (et, et-dict, et-out;
     # not pt, whose soft prompt precedes every text): its old-text numbers are the base's by construction
     frozen_backbone: bool = False
+    reads_teacher_text: bool = False  # the adapter has the teacher hook (distill)
 
     @property
     def lr_grid(self) -> tuple[float, ...]:
@@ -103,7 +110,8 @@ class MethodSpec:
             )
 
 
-HOOKS = {"reads_old_text": "training_examples", "penalty": "penalty"}  # capability flag → the adapter's hook
+# capability flag → the adapter's hook
+HOOKS = {"reads_old_text": "training_examples", "penalty": "penalty", "reads_teacher_text": "teacher"}
 
 
 def _coerce(field: dataclasses.Field, value: Any, method: str) -> Any:
@@ -123,6 +131,9 @@ def _coerce(field: dataclasses.Field, value: Any, method: str) -> Any:
 # full fine-tuning from 1e-6 (large models) to 1e-3 (the small arithmetic base); new rows alone
 # sit in an embedding space of norm ~1 and take much larger steps.
 NEW_ROWS = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1)
+# distilled new rows (distill): the same space one half-decade lower, down to 3e-4, near the reference
+# implementation's default 1e-4 (with 100 steps of one snippet per new token)
+DISTILLED_ROWS = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
 ALL_WEIGHTS = (1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3)
 
 METHODS: Registry[MethodSpec] = Registry("method")
@@ -139,6 +150,7 @@ def register_method(
     penalty=False,
     trains_rows_outside_model=False,
     frozen_backbone=False,
+    reads_teacher_text=False,
 ) -> MethodSpec:
     if "lr" not in {f.name for f in dataclasses.fields(config_cls)}:
         raise ClbenchError(f"method {name!r}: its config needs an 'lr' field")
@@ -152,6 +164,7 @@ def register_method(
         penalty=penalty,
         trains_rows_outside_model=trains_rows_outside_model,
         frozen_backbone=frozen_backbone,
+        reads_teacher_text=reads_teacher_text,
     )
     if isinstance(setup, type):  # an adapter class: its hooks are known now; a setup function's at set-up
         spec.check_hooks(setup)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from clbench import cl_metrics, distributed
+from clbench import cl_metrics, distributed, teacher
 from clbench import metrics as M
 from clbench.data import Encoded, Example, Stage, TaskData, encode_examples, encode_texts, read_all
 from clbench.devices import input_device, resolve_device
@@ -326,6 +326,9 @@ def plan(
         model_fingerprint=base.fingerprint,
         data_fingerprint=full.fingerprint(),
         tuned_lr=tuned_lr,
+        # what its teacher reads for a new token (clbench/teacher.py), or a refusal: from the whole data, since
+        # the validation split drops the oracle text
+        teacher=teacher.source(full, task.name) if method.reads_teacher_text else None,
     )
     budget = Budget(**config["budget"])
     if budget.n_train > len(data.train):
@@ -578,6 +581,10 @@ def train_stages(planned: Plan, method: MethodSpec, run: Expanded, on_step) -> T
         if method.reads_old_text:  # the training_examples hook (clbench/method.py): old text (replay, ewc)
             train_set = adapter.training_examples(
                 train_set, encode_texts(run.tokenizer, data.replay_text, base.max_length)
+            )
+        if method.reads_teacher_text:  # the teacher hook (clbench/method.py): the base's reading of the same examples
+            adapter.teacher(
+                teacher.readings(base.tokenizer, data, stage, train_set, base.max_length), base.tokenizer.pad_token_id
             )
         results.append(
             train(

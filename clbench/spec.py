@@ -124,10 +124,12 @@ def resolve(
     model_fingerprint: str,
     data_fingerprint: str,
     tuned_lr: Callable[[str], float | None] | None = None,
+    teacher: str | None = None,
 ) -> tuple[dict, Any]:
     """spec + the loaded base's ref and fingerprint + the task data's fingerprint → (config, method_config).
 
-    Pure but for tuned_lr (the store's lookup, with spec.tuned). The config holds everything that
+    Pure but for tuned_lr (the store's lookup, with spec.tuned). teacher: what a distilling method's teacher reads
+    (clbench/teacher.py source), part of its config. The config holds everything that
     determines the result, and run_id hashes it: its keys and their order of appearance are those of every
     run ever recorded, so no run id changes."""
     default_model, budget, params = task.resolved(
@@ -155,6 +157,8 @@ def resolve(
     }
     if task.spec.allow_unknown_tokens:  # only where set: every other run keeps the run_id it always had
         config["allow_unknown_tokens"] = True
+    if teacher is not None:  # only for a method that reads teacher text: every other run keeps its id
+        config["teacher"] = teacher
     options = spec.option_dict
     if "lr" not in options:
         lr = chosen_lr(spec, task, method, base_ref == default_model, tune_key(config, options), tuned_lr)

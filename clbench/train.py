@@ -145,7 +145,8 @@ def train(
             parallel.backward(loss, extra)
             grad_norm = parallel.clip_grad_norm_(max_grad_norm)
         else:
-            loss.backward()
+            if loss.requires_grad:  # not where no trainable parameter reads it (distill, tied: its penalty trains)
+                loss.backward()
             if extra is not None and extra.requires_grad:
                 # its own pass, after the task's: backpropagated with the loss, every weight's penalty gradient
                 # (made first: the penalty sits next to the loss in the graph) waited in autograd's buffers for the

@@ -53,4 +53,5 @@ def build(params: Params, tokenizer) -> TaskData:
         validation_old_text=drawn.validation_old_text,
         # the oracle reads `*`, the operation the new operator stands for (the paper's base `a*b` row)
         target_oracle=[ex(a, b, group(a, b), op="*") for a, b in test],
+        train_oracle=[ex(a, b, op="*") for a, b in pool],
     )

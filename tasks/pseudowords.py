@@ -142,7 +142,7 @@ def build(params: Params, tokenizer) -> TaskData:
 
     train_docs, test_docs = corpora.split(docs, params.test_fraction, salt="pseudowords")
     sentences = lambda ds: [s for d in ds for s in corpora.sentences(d)]
-    train, _ = examples(occurrences(sentences(train_docs), dictionary), dictionary, params, rng)
+    train, train_oracle = examples(occurrences(sentences(train_docs), dictionary), dictionary, params, rng)
     held_out, oracle = examples(occurrences(sentences(test_docs), dictionary), dictionary, params, rng)
     # validation: the held-out examples after the target set (other sentences of the test documents)
     validation = held_out[params.n_target : params.n_target + params.n_validation]
@@ -160,5 +160,6 @@ def build(params: Params, tokenizer) -> TaskData:
         validation=validation,
         validation_old_text=corpora.validation_leads(old_eval, params, old_text),
         target_oracle=oracle[: params.n_target],
+        train_oracle=train_oracle,  # each training sentence with the word its pseudo-word replaced
         exact_match=False,  # a continuation of several words: next-token top-1 instead (target_top1)
     )

@@ -23,10 +23,10 @@ TIMING = {
 
 
 def with_oracle():
-    """tiny_data with each `<spec>` read as what it stands for, `*`."""
+    """tiny_data with each `<spec>` read as what it stands for, `*` (in the training examples too: distill's teacher)."""
     data = tiny_data()
-    oracle = [Example(e.prompt.replace("<spec>", "*"), e.completion, e.group) for e in data.target_test]
-    return dataclasses.replace(data, target_oracle=oracle)
+    oracle = lambda examples: [Example(e.prompt.replace("<spec>", "*"), e.completion, e.group) for e in examples]
+    return dataclasses.replace(data, target_oracle=oracle(data.target_test), train_oracle=oracle(data.train))
 
 
 def evaluate(name: str, tied: bool, *, reuse: bool, data=None, session=None) -> tuple[dict, int]:

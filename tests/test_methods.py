@@ -76,6 +76,7 @@ def expected_trainable(name: str, tied: bool, old_vocab: int, n_new: int) -> int
         "et-dict": n_new * old_vocab,
         "et-out": 2 * n_new * D,
         "et-full": n_new * D * (1 if tied else 2),  # tied: one row serves input and output
+        "distill": n_new * D * (1 if tied else 2),  # the same rows as et-full's, by other losses
         "ewc": every_weight,
         "fft": every_weight,
         "replay": every_weight,
@@ -141,10 +142,12 @@ def test_every_method_keeps_its_contract(name, tied, tmp_path):
             embedding[new], adapter.rows.weight.detach()
         )
         assert not torch.equal(head[new], embedding[new]) and head.data_ptr() != embedding.data_ptr()
-    elif name == "et-full":  # tied: the one trained row is the output row too; untied: its own output row
+    elif name in ("et-full", "distill"):  # tied: the one trained row is the output row too; untied: its own output row
         adapter = seen["adapter"]
         assert torch.equal(embedding[new], adapter.rows.weight.detach())
-        assert torch.equal(head[new], adapter.out_rows.detach())
+        assert torch.equal(
+            head[new], (adapter.rows.weight if tied and name == "distill" else adapter.out_rows).detach()
+        )
         assert (head.data_ptr() == embedding.data_ptr()) is tied
         assert not torch.equal(head[new], seen["before"]["lm_head.weight"][new])
     elif not tied:  # ET's untied new output row is never trained: still its initialisation

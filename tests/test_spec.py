@@ -40,6 +40,7 @@ def test_every_published_run_rehashes_to_its_own_id_through_the_spec(path):
             base_ref=config["model"],
             model_fingerprint=config["model_fingerprint"],
             data_fingerprint=config["data_fingerprint"],
+            teacher=config.get("teacher"),
         )
         assert rebuilt == config, stored_id
         assert run_id(rebuilt) == stored_id
