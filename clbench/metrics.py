@@ -205,20 +205,28 @@ register_metric(
     "target_loss",
     higher_is_better=False,
     definition="mean NLL per scored token on held-out target examples, old-vocabulary softmax, over completion positions whose target is an old token",
-    headline={"summary": 10, "leaderboard": 40, "curve": 10}, score=lambda r: r.target.loss_old)
+    headline={"summary": 10, "leaderboard": 40, "curve": 10},
+    score=lambda r: r.target.loss_old,
+)
 register_metric(
     "target_loss_full",
     higher_is_better=False,
-    definition="as target_loss with the full softmax, over every completion position", score=lambda r: r.target.loss_full)
+    definition="as target_loss with the full softmax, over every completion position",
+    score=lambda r: r.target.loss_full,
+)
 register_metric(
     "target_loss_init",
     higher_is_better=False,
-    definition="target_loss of the expanded model before training (new rows at their initialisation)", score=lambda r: r.at_init.loss_old)
+    definition="target_loss of the expanded model before training (new rows at their initialisation)",
+    score=lambda r: r.at_init.loss_old,
+)
 register_metric(
     "target_acc",
     higher_is_better=True,
     definition="exact match of the whole completion (greedy, old-vocabulary argmax) on held-out target examples",
-    headline={"summary": 20, "leaderboard": 10, "curve": 20}, score=lambda r: target_accuracies(r) if r.exact_match else None)
+    headline={"summary": 20, "leaderboard": 10, "curve": 20},
+    score=lambda r: target_accuracies(r) if r.exact_match else None,
+)
 # target_acc_<group> for every group of the target examples (data.Example.group); these two are headlines
 register_metric(
     "target_acc_seen",
@@ -235,82 +243,133 @@ register_metric(
 register_metric(
     "old_loss_base",
     higher_is_better=False,
-    definition="mean NLL per token of the base model on old-vocabulary text", score=lambda r: r.base_old.loss_old)
+    definition="mean NLL per token of the base model on old-vocabulary text",
+    score=lambda r: r.base_old.loss_old,
+)
 register_metric(
     "forgetting_oldvocab",
     higher_is_better=False,
     definition="old-text NLL, adapted (old-vocabulary softmax) − base",
-    headline={"summary": 60, "leaderboard": 60, "curve": 50}, score=lambda r: forgetting(r.old.loss_old, r.base_old.loss_old))
+    headline={"summary": 60, "leaderboard": 60, "curve": 50},
+    score=lambda r: forgetting(r.old.loss_old, r.base_old.loss_old),
+)
 register_metric(
     "forgetting_full",
     higher_is_better=False,
     definition="old-text NLL, adapted (full softmax) − base",
-    headline={"summary": 70, "leaderboard": 70, "curve": 60}, score=lambda r: forgetting(r.old.loss_full, r.base_old.loss_old))
+    headline={"summary": 70, "leaderboard": 70, "curve": 60},
+    score=lambda r: forgetting(r.old.loss_full, r.base_old.loss_old),
+)
 register_metric(
     "old_skill_acc",
     higher_is_better=True,
-    definition="exact match on the old-skill probe, adapted model, old-vocabulary argmax", score=lambda r: accuracy(r.skill.hits_old) if len(r.skill.hits_old) else None)
+    definition="exact match on the old-skill probe, adapted model, old-vocabulary argmax",
+    score=lambda r: accuracy(r.skill.hits_old) if len(r.skill.hits_old) else None,
+)
 register_metric(
     "old_skill_acc_base",
     higher_is_better=True,
-    definition="exact match on the old-skill probe, base model", score=lambda r: accuracy(r.base_skill.hits_old) if len(r.skill.hits_old) else None)
+    definition="exact match on the old-skill probe, base model",
+    score=lambda r: accuracy(r.base_skill.hits_old) if len(r.skill.hits_old) else None,
+)
 register_metric(
     "old_skill_acc_delta",
     higher_is_better=True,
     definition="old_skill_acc − old_skill_acc_base",
-    headline={"summary": 50, "leaderboard": 50}, score=lambda r: accuracy(r.skill.hits_old) - accuracy(r.base_skill.hits_old) if len(r.skill.hits_old) else None)
+    headline={"summary": 50, "leaderboard": 50},
+    score=lambda r: accuracy(r.skill.hits_old) - accuracy(r.base_skill.hits_old) if len(r.skill.hits_old) else None,
+)
 register_metric(
     "old_skill_acc_delta_full",
     higher_is_better=True,
-    definition="as old_skill_acc_delta with the adapted model's argmax over the full vocabulary", score=lambda r: accuracy(r.skill.hits_full) - accuracy(r.base_skill.hits_old) if len(r.skill.hits_old) else None)
-register_metric("final_train_loss", higher_is_better=False, definition="training loss of the last step", score=lambda r: r.train.final_loss)
+    definition="as old_skill_acc_delta with the adapted model's argmax over the full vocabulary",
+    score=lambda r: accuracy(r.skill.hits_full) - accuracy(r.base_skill.hits_old) if len(r.skill.hits_old) else None,
+)
+register_metric(
+    "final_train_loss",
+    higher_is_better=False,
+    definition="training loss of the last step",
+    score=lambda r: r.train.final_loss,
+)
 register_metric(
     "train_seconds",
     higher_is_better=False,
     definition="wall time of the training loop",
-    headline={"summary": 90, "leaderboard": 90}, score=lambda r: r.train.seconds)
+    headline={"summary": 90, "leaderboard": 90},
+    score=lambda r: r.train.seconds,
+)
 register_metric(
     "trainable_params",
     higher_is_better=False,
     definition="number of parameters the optimizer updates",
-    headline={"summary": 80, "leaderboard": 80}, score=lambda r: r.trainable)
-register_metric("tokens_seen", higher_is_better=False, definition="non-padding tokens processed in training", score=lambda r: r.train.tokens_seen)
-register_metric("tokens_per_second", higher_is_better=True, definition="tokens_seen / train_seconds", score=lambda r: r.train.tokens_seen / r.train.seconds if r.train.seconds else float("nan"))
+    headline={"summary": 80, "leaderboard": 80},
+    score=lambda r: r.trainable,
+)
+register_metric(
+    "tokens_seen",
+    higher_is_better=False,
+    definition="non-padding tokens processed in training",
+    score=lambda r: r.train.tokens_seen,
+)
+register_metric(
+    "tokens_per_second",
+    higher_is_better=True,
+    definition="tokens_seen / train_seconds",
+    score=lambda r: r.train.tokens_seen / r.train.seconds if r.train.seconds else float("nan"),
+)
 register_metric(
     "peak_mem_mb",
     higher_is_better=False,
-    definition="CUDA runs: torch.cuda.max_memory_allocated (MiB) from the run's training start to the end of its evaluation, stats reset at the start; CPU runs recorded before peak_rss_increase_mb stored the process's resident high-water mark here, which carries earlier runs' peaks", score=lambda r: r.memory.get("peak_mem_mb"))
+    definition="CUDA runs: torch.cuda.max_memory_allocated (MiB) from the run's training start to the end of its evaluation, stats reset at the start; CPU runs recorded before peak_rss_increase_mb stored the process's resident high-water mark here, which carries earlier runs' peaks",
+    score=lambda r: r.memory.get("peak_mem_mb"),
+)
 register_metric(
     "peak_rss_increase_mb",
     higher_is_better=False,
-    definition="CPU runs: the process's peak resident set (MiB), sampled every 50 ms from the run's training start to the end of its evaluation, minus its resident set at that start: what the run itself added (clbench/memory.py)", score=lambda r: r.memory.get("peak_rss_increase_mb"))
+    definition="CPU runs: the process's peak resident set (MiB), sampled every 50 ms from the run's training start to the end of its evaluation, minus its resident set at that start: what the run itself added (clbench/memory.py)",
+    score=lambda r: r.memory.get("peak_rss_increase_mb"),
+)
 register_metric(
     "target_bpb",
     higher_is_better=False,
     definition="bits per UTF-8 byte of the held-out target completions: Σ NLL (full softmax, every completion position incl. eos) / ln 2 / bytes; compares across tokenizers",
-    headline={"summary": 26, "leaderboard": 41}, score=lambda r: bits_per_byte(r.target.nll_full, r.target_bytes) if r.target_bytes else None)
+    headline={"summary": 26, "leaderboard": 41},
+    score=lambda r: bits_per_byte(r.target.nll_full, r.target_bytes) if r.target_bytes else None,
+)
 register_metric(
     "target_bpb_base",
     higher_is_better=False,
     definition="target_bpb of the base model with the base tokenizer on the same text (meaningful where the base tokenizer covers the text, e.g. byte-level BPE)",
-    headline={"summary": 27, "leaderboard": 42}, score=lambda r: bits_per_byte(r.no_learning.nll_full, r.target_bytes) if r.target_bytes and r.no_learning is not None else None)
+    headline={"summary": 27, "leaderboard": 42},
+    score=lambda r: (
+        bits_per_byte(r.no_learning.nll_full, r.target_bytes) if r.target_bytes and r.no_learning is not None else None
+    ),
+)
 register_metric(
     "target_bpb_init",
     higher_is_better=False,
-    definition="target_bpb of the expanded model before training (new rows at their initialisation): what adding the tokens costs or saves before any learning; between it and target_bpb is what training did", score=lambda r: bits_per_byte(r.at_init.nll_full, r.target_bytes) if r.target_bytes else None)
+    definition="target_bpb of the expanded model before training (new rows at their initialisation): what adding the tokens costs or saves before any learning; between it and target_bpb is what training did",
+    score=lambda r: bits_per_byte(r.at_init.nll_full, r.target_bytes) if r.target_bytes else None,
+)
 register_metric(
     "target_tokens_per_byte",
     higher_is_better=False,
-    definition="tokens per UTF-8 byte of the target completions with the expanded tokenizer (incl. eos): what a new vocabulary saves", score=lambda r: r.target.n_full / r.target_bytes)
+    definition="tokens per UTF-8 byte of the target completions with the expanded tokenizer (incl. eos): what a new vocabulary saves",
+    score=lambda r: r.target.n_full / r.target_bytes,
+)
 register_metric(
     "target_tokens_per_byte_base",
     higher_is_better=False,
-    definition="target_tokens_per_byte with the base tokenizer, before expansion", score=lambda r: r.no_learning.n_full / r.target_bytes)
+    definition="target_tokens_per_byte with the base tokenizer, before expansion",
+    score=lambda r: r.no_learning.n_full / r.target_bytes,
+)
 register_metric(
     "target_top1",
     higher_is_better=True,
     definition="next-token top-1: the old-vocabulary argmax at the first completion position (the token right after the prompt) is right",
-    headline={"summary": 25, "leaderboard": 15}, score=lambda r: accuracy(r.target.top1_old))
+    headline={"summary": 25, "leaderboard": 15},
+    score=lambda r: accuracy(r.target.top1_old),
+)
 # evaluation noise (clbench/protocol.py evaluation_noise)
 NOISE = {  # evaluation noise of each of these, from per-example sums (forgetting: paired with the base)
     "target_loss": lambda r: bootstrap_se(r.target.example_nll_old, r.target.example_n_old),
@@ -333,9 +392,11 @@ for _name, _paired, _score in (
     (
         "word_gap",
         "adapted oracle",
-        lambda r: bootstrap_se(*per_example(r.target), *per_example(r.adapted_oracle))
-        if r.adapted_oracle is not None
-        else None,
+        lambda r: (
+            bootstrap_se(*per_example(r.target), *per_example(r.adapted_oracle))
+            if r.adapted_oracle is not None
+            else None
+        ),
     ),
 ):
     register_metric(
@@ -348,57 +409,95 @@ for _name, _paired, _score in (
 register_metric(
     "target_loss_nolearn",
     higher_is_better=False,
-    definition="no-learning reference: target_loss of the unexpanded base on the same examples, each new token left as its old sub-word pieces (where the completions tokenize alike; else see target_bpb_base)", score=lambda r: r.no_learning.loss_old if alike(r) else None)
-register_metric("target_top1_nolearn", higher_is_better=True, definition="target_top1 of the no-learning reference", score=lambda r: accuracy(r.no_learning.top1_old))
+    definition="no-learning reference: target_loss of the unexpanded base on the same examples, each new token left as its old sub-word pieces (where the completions tokenize alike; else see target_bpb_base)",
+    score=lambda r: r.no_learning.loss_old if alike(r) else None,
+)
+register_metric(
+    "target_top1_nolearn",
+    higher_is_better=True,
+    definition="target_top1 of the no-learning reference",
+    score=lambda r: accuracy(r.no_learning.top1_old),
+)
 register_metric(
     "target_loss_oracle",
     higher_is_better=False,
-    definition="oracle reference, where the task knows what a new token stands for: target_loss of the base on the same examples with each new token replaced by its meaning (pseudowords: the word it replaced; arithmetic: *)", score=lambda r: r.oracle.loss_old if r.oracle is not None else None)
-register_metric("target_top1_oracle", higher_is_better=True, definition="target_top1 of the oracle reference", score=lambda r: accuracy(r.oracle.top1_old) if r.oracle is not None else None)
+    definition="oracle reference, where the task knows what a new token stands for: target_loss of the base on the same examples with each new token replaced by its meaning (pseudowords: the word it replaced; arithmetic: *)",
+    score=lambda r: r.oracle.loss_old if r.oracle is not None else None,
+)
+register_metric(
+    "target_top1_oracle",
+    higher_is_better=True,
+    definition="target_top1 of the oracle reference",
+    score=lambda r: accuracy(r.oracle.top1_old) if r.oracle is not None else None,
+)
 register_metric(
     "target_acc_nolearn",
     higher_is_better=True,
-    definition="target_acc of the no-learning reference (tasks scored by exact match)", score=lambda r: accuracy(r.no_learning.hits_old) if r.exact_match else None)
+    definition="target_acc of the no-learning reference (tasks scored by exact match)",
+    score=lambda r: accuracy(r.no_learning.hits_old) if r.exact_match else None,
+)
 register_metric(
     "target_acc_oracle",
     higher_is_better=True,
-    definition="target_acc of the oracle reference (tasks scored by exact match): arithmetic, the base's accuracy on a*b", score=lambda r: accuracy(r.oracle.hits_old) if r.exact_match and r.oracle is not None else None)
+    definition="target_acc of the oracle reference (tasks scored by exact match): arithmetic, the base's accuracy on a*b",
+    score=lambda r: accuracy(r.oracle.hits_old) if r.exact_match and r.oracle is not None else None,
+)
 register_metric(
     "gap_closed",
     higher_is_better=True,
     definition="(target_loss_nolearn − target_loss) / (target_loss_nolearn − target_loss_oracle): 0 learned nothing, 1 as good as the base reading the meaning; >1 beats it, <0 worse than not learning",
-    headline={"summary": 15, "leaderboard": 35, "curve": 15}, score=lambda r: finite_or_none(gap_closed_of(r)))
+    headline={"summary": 15, "leaderboard": 35, "curve": 15},
+    score=lambda r: finite_or_none(gap_closed_of(r)),
+)
 register_metric(
     "target_loss_oracle_adapted",
     higher_is_better=False,
-    definition="the adapted model's target_loss on the oracle version of the target examples (each new token replaced by its meaning)", score=lambda r: r.adapted_oracle.loss_old if r.adapted_oracle is not None else None)
+    definition="the adapted model's target_loss on the oracle version of the target examples (each new token replaced by its meaning)",
+    score=lambda r: r.adapted_oracle.loss_old if r.adapted_oracle is not None else None,
+)
 register_metric(
     "word_gap",
     higher_is_better=False,
     definition="target_loss − target_loss_oracle_adapted, one model: what reading the new token still costs against reading its meaning; separates learning the word from adapting to the corpus",
-    headline={"leaderboard": 36}, score=lambda r: r.target.loss_old - r.adapted_oracle.loss_old if r.adapted_oracle is not None else None)
+    headline={"leaderboard": 36},
+    score=lambda r: r.target.loss_old - r.adapted_oracle.loss_old if r.adapted_oracle is not None else None,
+)
 # greedy use of the new tokens (clbench/protocol.py generation_metrics), from the scoring pass's argmax
 register_metric(
     "new_token_recall",
     higher_is_better=True,
-    definition="share of the occurrences of a new token after the first position of a target example (prompt or completion) where the greedy next token given the reference prefix is that token; 0 by construction for a method trained under the old softmax, which decodes over the old vocabulary", score=lambda r: (r.target.new_recalled / r.target.new_occurrences if r.emits_new else 0.0) if r.target.new_occurrences else None)
+    definition="share of the occurrences of a new token after the first position of a target example (prompt or completion) where the greedy next token given the reference prefix is that token; 0 by construction for a method trained under the old softmax, which decodes over the old vocabulary",
+    score=lambda r: (
+        (r.target.new_recalled / r.target.new_occurrences if r.emits_new else 0.0)
+        if r.target.new_occurrences
+        else None
+    ),
+)
 register_metric(
     "new_token_false_use",
     higher_is_better=False,
-    definition="share of old-text scored positions (no new token in the text) whose greedy next token, given the reference prefix, is a new token; 0 by construction for a method trained under the old softmax", score=lambda r: (r.old.new_emitted / r.old.n_full if r.emits_new else 0.0) if r.old.n_full else None)
+    definition="share of old-text scored positions (no new token in the text) whose greedy next token, given the reference prefix, is a new token; 0 by construction for a method trained under the old softmax",
+    score=lambda r: (r.old.new_emitted / r.old.n_full if r.emits_new else 0.0) if r.old.n_full else None,
+)
 # dictionary recovery, where the task knows what each new token stands for (clbench/explain.py: the rules)
 register_metric(
     "meaning_recall_at_s",
     higher_is_better=True,
-    definition="share of a new token's true words (those that are one base token) among the s atoms of its learned input row's OMP decomposition over the old input rows, s = its number of true words, all rows centred (minus the old rows' mean); mean over new tokens", score=lambda r: r.recovery.get("meaning_recall_at_s"))
+    definition="share of a new token's true words (those that are one base token) among the s atoms of its learned input row's OMP decomposition over the old input rows, s = its number of true words, all rows centred (minus the old rows' mean); mean over new tokens",
+    score=lambda r: r.recovery.get("meaning_recall_at_s"),
+)
 register_metric(
     "meaning_rank_median",
     higher_is_better=False,
-    definition="rank (1 = nearest) of each true word among the old input rows by cosine to the learned input row, all rows centred (minus the old rows' mean), so an untrained row reads at chance, (V + 1) / 2 of V old rows; median over every scored (token, word) pair", score=lambda r: r.recovery.get("meaning_rank_median"))
+    definition="rank (1 = nearest) of each true word among the old input rows by cosine to the learned input row, all rows centred (minus the old rows' mean), so an untrained row reads at chance, (V + 1) / 2 of V old rows; median over every scored (token, word) pair",
+    score=lambda r: r.recovery.get("meaning_rank_median"),
+)
 register_metric(
     "meaning_words_scored",
     higher_is_better=True,
-    definition="(token, true word) pairs the recovery metrics score: true words that are one base token (with a leading space where new tokens are whole words)", score=lambda r: r.recovery.get("meaning_words_scored"))
+    definition="(token, true word) pairs the recovery metrics score: true words that are one base token (with a leading space where new tokens are whole words)",
+    score=lambda r: r.recovery.get("meaning_words_scored"),
+)
 # sequential tasks (clbench/cl_metrics.py): GEM's average, backward and forward transfer over the stage × task matrix
 register_metric(
     "avg_target_acc", higher_is_better=True, definition="mean over stages of target_acc after the last stage"
