@@ -279,36 +279,28 @@ def test_32_processes_as_4_hosts_without_locks(tiny_cli, no_locks, tmp_path):
     root = tmp_path / "store"
     env = cli_env(tmp_path / "cache", LD_PRELOAD=no_locks)
     seeds = ["0,1,2,3,4,5,6,7", "7,6,5,4,3,2,1,0", "0,2,4,6,1,3,5,7", "1,3,5,7,0,2,4,6"]
-    processes = []
-    for number in range(32):
-        host, fault = f"node-{number % 4}", None
-        if number in (1, 9, 17, 25):
-            fault = "train-step:kill@4"
-        elif number in (2, 10, 18, 26):
-            fault = "record:kill@2"
-        args = tiny_cli.run_args(
-            f"{root}/", "--method", "et,fft" if number % 2 else "fft,et", "--seeds", seeds[number % 4]
+    faults = dict.fromkeys((1, 9, 17, 25), "train-step:kill@4")
+    faults |= dict.fromkeys((2, 10, 18, 26), "record:kill@1")
+
+    def start(number: int) -> subprocess.Popen:
+        grid = ("--method", "et,fft" if number % 2 else "fft,et", "--seeds", seeds[number % 4])
+        wrapped = ["unshare", "--uts", "sh", "-c", f'hostname node-{number % 4} && exec "$@"', "sh"]
+        fault = faults.get(number)
+        return subprocess.Popen(
+            [*wrapped, "python3", "-m", "clbench.cli", *tiny_cli.run_args(f"{root}/", *grid)],
+            env={**env, "CLBENCH_TEST_FAULT": fault} if fault else env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
-        wrapped = [
-            "unshare",
-            "--uts",
-            "sh",
-            "-c",
-            f'hostname {host} && exec "$@"',
-            "sh",
-            "python3",
-            "-m",
-            "clbench.cli",
-        ]
-        processes.append(
-            subprocess.Popen(
-                wrapped + args,
-                env={**env, "CLBENCH_TEST_FAULT": fault} if fault else env,
-                text=True,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            )
-        )
+
+    # the 8 to be killed first, each holding a run before the others start: then each surely dies
+    processes = {}
+    for number in faults:
+        processes[number] = start(number)
+        wait_for(lambda: len(list((root / "claims").glob("*.json"))) >= len(processes), timeout=300)
+    processes |= {number: start(number) for number in range(32) if number not in faults}
+    processes = [processes[number] for number in range(32)]
     results = [(p.wait(timeout=1800), p.communicate()[1]) for p in processes]
     killed = [code for code, _ in results if code == -signal.SIGKILL]
     assert len(killed) == 8 and all(code in (0, -signal.SIGKILL) for code, _ in results), [e for _, e in results]
