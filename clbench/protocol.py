@@ -36,7 +36,7 @@ from clbench.method import MethodSpec
 from clbench.models import Base, load_base
 from clbench.provenance import git_commit, versions
 from clbench.samples import example_rows
-from clbench.spec import RunSpec, resolve, run_id
+from clbench.spec import RunSpec, resolve, run_id, task_settings
 from clbench.store import Claim, Store, now
 from clbench.taskspec import Budget, Task
 from clbench.train import TrainResult, train
@@ -306,11 +306,8 @@ def plan(
     text (`clbench tune`; never reported). tuned_lr: the store's tune key → lr lookup, for spec.tuned."""
     if (task.name, method.name) != (spec.task, spec.method):
         raise ClbenchError(f"spec names {spec.task} × {spec.method}, given {task.name} × {method.name}")
-    default_model, budget, params = task.resolved(
-        spec.profile,
-        params_override=dict(spec.param_overrides) or None,
-        budget_override=dict(spec.budget_overrides) or None,
-    )
+    settings = task_settings(spec, task)
+    default_model, budget, params = settings
     init = spec.init or task.spec.init
     if init not in INIT_STRATEGIES:
         raise ClbenchError(f"unknown init strategy {init!r}; known: {', '.join(INIT_STRATEGIES)}")
@@ -329,8 +326,8 @@ def plan(
         # what its teacher reads for a new token (clbench/teacher.py), or a refusal: from the whole data, since
         # the validation split drops the oracle text
         teacher=teacher.source(full, task.name) if method.reads_teacher_text else None,
+        settings=settings,
     )
-    budget = Budget(**config["budget"])
     if budget.n_train > len(data.train):
         raise ClbenchError(
             f"task {task.name!r}: n_train {budget.n_train} exceeds the {len(data.train)} training examples"

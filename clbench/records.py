@@ -52,7 +52,18 @@ from clbench import store as single_file
 from clbench.errors import ClbenchError
 from clbench.faults import fault_point
 from clbench.owner import Owner
-from clbench.store import PER_RUN, SCHEMA, Claim, Merged, _first_line, insert_frame, now
+from clbench.store import (
+    PER_RUN,
+    RESULTS_VIEW,
+    SCHEMA,
+    TABLES,
+    Claim,
+    Merged,
+    _first_line,
+    insert_run,
+    merged_choice,
+    now,
+)
 
 RECORD_TABLES = ("runs", "metrics", "stage_matrix", *PER_RUN)  # the files of one record
 MARKER = "clbench-records"  # in the store's directory: what makes it one
@@ -74,7 +85,7 @@ class RecordStore:
     def _scratch(self):
         if self._scratch_db is None:
             self._scratch_db = duckdb.connect(":memory:")
-            self._scratch_db.execute(SCHEMA.split("CREATE OR REPLACE VIEW results")[0])
+            self._scratch_db.execute(TABLES)
         return self._scratch_db
 
     # --- checks and reads ----------------------------------------------------------------------------
@@ -124,11 +135,11 @@ class RecordStore:
         """An in-memory DuckDB whose tables are views over the record files (empty tables where none exist)."""
         db = duckdb.connect(":memory:")
         try:
-            db.execute(SCHEMA.split("CREATE OR REPLACE VIEW results")[0])
+            db.execute(TABLES)
             for table, sql in self._sources().items():
                 db.execute(f"DROP TABLE {table}")
                 db.execute(f"CREATE VIEW {table} AS {sql}")
-            db.execute("CREATE OR REPLACE VIEW results" + SCHEMA.split("CREATE OR REPLACE VIEW results")[1])
+            db.execute(RESULTS_VIEW)
             yield db
         finally:
             db.close()
@@ -302,27 +313,11 @@ class RecordStore:
         """The record's files in a fresh folder under tmp/, in the single-file store's column types."""
         staged = self.path / "tmp" / f"{run['run_id']}.{uuid.uuid4().hex}"
         staged.mkdir()
-        row = dict(run, config=json.dumps(run["config"], sort_keys=True), versions=json.dumps(run["versions"]))
-        row["spec"] = json.dumps(row["spec"], sort_keys=True) if row.get("spec") is not None else None
         with self._scratch_lock:
             db = self._scratch()
             for table in RECORD_TABLES:
                 db.execute(f"DELETE FROM {table}")
-            columns = list(row)
-            values = ", ".join("?" * len(columns))
-            db.execute(f"INSERT INTO runs ({', '.join(columns)}) VALUES ({values})", [row[c] for c in columns])
-            if metrics:
-                db.executemany(
-                    "INSERT INTO metrics VALUES (?, ?, ?)",
-                    [(run["run_id"], k, float(v)) for k, v in sorted(metrics.items())],
-                )
-            if stage_matrix:
-                db.executemany(
-                    "INSERT INTO stage_matrix VALUES (?, ?, ?, ?, ?)", [(run["run_id"], *r) for r in stage_matrix]
-                )
-            for table, rows in zip(PER_RUN, (curves, samples, generations)):
-                if rows:
-                    insert_frame(db, table, run["run_id"], rows)
+            insert_run(db, run, metrics, stage_matrix, (curves, samples, generations))
             for table in RECORD_TABLES:
                 if table == "runs" or rows_in(db, table):
                     db.execute(f"COPY {table} TO '{staged / table}.parquet' (FORMAT parquet)")
@@ -336,10 +331,12 @@ class RecordStore:
         for task in sorted({r["task"] for r in rows}):
             frame = pd.DataFrame([{"run_id": run_id, **r} for r in rows if r["task"] == task])
             partial = self.path / "tmp" / f"lm_eval.{uuid.uuid4().hex}.parquet"
-            with duckdb.connect(":memory:") as db:
-                db.execute(SCHEMA.split("CREATE OR REPLACE VIEW results")[0])
+            with self._scratch_lock:
+                db = self._scratch()
+                db.execute("DELETE FROM lm_eval")
                 db.register("frame", frame)
                 db.execute("INSERT INTO lm_eval BY NAME SELECT * FROM frame")
+                db.unregister("frame")
                 db.execute(f"COPY lm_eval TO '{partial}' (FORMAT parquet)")
             os.replace(partial, folder / f"{task.replace('/', '_')}.parquet")
 
@@ -430,46 +427,45 @@ def merge(into, source, combine=None) -> Merged:
 
 def merge_into_records(into: RecordStore, source, combine=None) -> Merged:
     """source's runs (a single-file store or another record store) into a record store: each run it lacks,
-    or has only failed where the source finished it, becomes a record; tuning choices as single_file.merge."""
+    or has only failed where the source finished it, becomes a record; tuning choices as single_file.merge.
+    Each source table is read once, not per run."""
     single_file.check_merge(into, source)
     into._layout()
     runs = source.query("SELECT * FROM runs ORDER BY run_id")
+    per_run = {
+        table: dict(tuple(source.query(f"SELECT * FROM {table}").groupby("run_id")))
+        for table in (*RECORD_TABLES[1:], "lm_eval")
+    }
+    rows_of = lambda table, run_id: per_run[table][run_id].drop(columns="run_id") if run_id in per_run[table] else None
+    tuples = lambda frame: [] if frame is None else list(frame.itertuples(index=False, name=None))
     taken = kept = 0
     for run in runs.to_dict("records"):
-        here = into.status(run["run_id"])
+        run_id, here = run["run_id"], into.status(run["run_id"])
         if here == "finished" or (here == "failed" and run["status"] != "finished"):
             kept += 1
             continue
-        rows = {
-            table: source.query(f"SELECT * EXCLUDE (run_id) FROM {table} WHERE run_id = ?", [run["run_id"]])
-            for table in RECORD_TABLES[1:]
-        }
         run = {k: None if pd.isna(v) else v.item() if hasattr(v, "item") else v for k, v in run.items()}
         run["config"], run["versions"] = json.loads(run["config"]), json.loads(run["versions"] or "null")
-        if "spec" in run and run["spec"] is not None:
+        if run.get("spec") is not None:
             run["spec"] = json.loads(run["spec"])
-        metrics = dict(zip(rows["metrics"].metric, rows["metrics"].value))
+        metrics = rows_of("metrics", run_id)
         into.record(
             run,
-            metrics,
-            stage_matrix=list(rows["stage_matrix"].itertuples(index=False, name=None)),
-            **{t: list(rows[t].itertuples(index=False, name=None)) for t in PER_RUN},
+            {} if metrics is None else dict(zip(metrics.metric, metrics.value)),
+            stage_matrix=tuples(rows_of("stage_matrix", run_id)),
+            **{table: tuples(rows_of(table, run_id)) for table in PER_RUN},
         )
-        lm = source.query("SELECT * EXCLUDE (run_id) FROM lm_eval WHERE run_id = ?", [run["run_id"]])
-        if len(lm):
-            into.record_lm_eval(run["run_id"], lm.to_dict("records"))
+        if (lm := rows_of("lm_eval", run_id)) is not None:
+            into.record_lm_eval(run_id, lm.to_dict("records"))
         taken += 1
     tuned = tuned_kept = 0
     for row in source.query("SELECT * EXCLUDE (chosen_at) FROM tuned ORDER BY tune_key").to_dict("records"):
-        row["search"] = json.loads(row["search"]) if isinstance(row["search"], str) else row["search"]
-        here = into.tuned_search(row["tune_key"])
-        if here:
-            made = combine(here, row["search"]) if combine else None
-            if made is None:
-                tuned_kept += 1
-                continue
-            row["search"], best = made
-            row |= {"lr": best["lr"], "score": best["mean"]}
-        into.record_tuned(row)
+        stored = into._tuned(row["tune_key"])
+        there = row | {"search": json.loads(row["search"]) if isinstance(row["search"], str) else row["search"]}
+        made = merged_choice(json.loads(stored["search"]) if stored else None, there, combine)
+        if made is None:
+            tuned_kept += 1
+            continue
+        into.record_tuned(made)
         tuned += 1
     return Merged(taken, kept, tuned, tuned_kept)

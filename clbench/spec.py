@@ -125,20 +125,15 @@ def resolve(
     data_fingerprint: str,
     tuned_lr: Callable[[str], float | None] | None = None,
     teacher: str | None = None,
+    settings: tuple | None = None,
 ) -> tuple[dict, Any]:
     """spec + the loaded base's ref and fingerprint + the task data's fingerprint → (config, method_config).
 
     Pure but for tuned_lr (the store's lookup, with spec.tuned). teacher: what a distilling method's teacher reads
-    (clbench/teacher.py source), part of its config. The config holds everything that
+    (clbench/teacher.py source), part of its config. settings: task_settings(spec, task), where the caller has it. The config holds everything that
     determines the result, and run_id hashes it: its keys and their order of appearance are those of every
     run ever recorded, so no run id changes."""
-    default_model, budget, params = task.resolved(
-        spec.profile,
-        params_override=dict(spec.param_overrides) or None,
-        budget_override=dict(spec.budget_overrides) or None,
-    )
-    if spec.n_train is not None:
-        budget = budget.model_copy(update={"n_train": spec.n_train})
+    default_model, budget, params = settings or task_settings(spec, task)
     config = {
         "task": task.name,
         "task_version": task.spec.version,
@@ -167,6 +162,19 @@ def resolve(
     method_config = method.config(options)
     config["method_config"] = asdict(method_config)
     return config, method_config
+
+
+def task_settings(spec: RunSpec, task) -> tuple:
+    """(the task's default model, its budget, its params) for the spec's profile, with its overrides and
+    n_train applied, each checked by the task's schemas."""
+    default_model, budget, params = task.resolved(
+        spec.profile,
+        params_override=dict(spec.param_overrides) or None,
+        budget_override=dict(spec.budget_overrides) or None,
+    )
+    if spec.n_train is not None:
+        budget = budget.model_copy(update={"n_train": spec.n_train})
+    return default_model, budget, params
 
 
 def tune_key(config: Mapping, options: Mapping) -> str:

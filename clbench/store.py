@@ -43,7 +43,7 @@ from clbench.owner import Owner
 SPLIT = "coalesce(json_extract_string(config, '$.split'), 'test')"
 REPORTED = f"{SPLIT} = 'test'"  # the runs reported as results
 
-SCHEMA = f"""
+TABLES = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id VARCHAR PRIMARY KEY,
     task VARCHAR NOT NULL,
@@ -153,10 +153,13 @@ CREATE TABLE IF NOT EXISTS tuned (
     search JSON NOT NULL,         -- [{{lr, seeds, mean, values, run_ids}}] for every point searched, by lr
     chosen_at TIMESTAMP NOT NULL
 );
+"""
+RESULTS_VIEW = f"""
 CREATE OR REPLACE VIEW results AS
     SELECT r.run_id, r.task, r.method, r.model, r.seed, m.metric, m.value, r.status
     FROM runs r LEFT JOIN metrics m USING (run_id) WHERE {REPORTED};
 """
+SCHEMA = TABLES + RESULTS_VIEW
 
 # columns added since the first databases were written: added to an older file on its next write, and not
 # required of a file that is only read
@@ -322,10 +325,6 @@ class Store:
 
         With `attempt` (from claim) the same transaction closes that attempt with the run's status,
         and nothing is written if this process no longer holds it."""
-        row = dict(run, config=json.dumps(run["config"], sort_keys=True), versions=json.dumps(run["versions"]))
-        if row.get("spec") is not None:
-            row["spec"] = json.dumps(row["spec"], sort_keys=True)
-        columns = list(row)
         with self._connect() as db:
             db.execute("BEGIN TRANSACTION")
             if attempt is not None:
@@ -343,22 +342,7 @@ class Store:
                 )
             for table in ("metrics", "stage_matrix", *PER_RUN, "runs"):
                 db.execute(f"DELETE FROM {table} WHERE run_id = ?", [run["run_id"]])
-            db.execute(
-                f"INSERT INTO runs ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
-                [row[c] for c in columns],
-            )
-            if metrics:
-                db.executemany(
-                    "INSERT INTO metrics VALUES (?, ?, ?)",
-                    [(run["run_id"], k, float(v)) for k, v in sorted(metrics.items())],
-                )
-            if stage_matrix:
-                db.executemany(
-                    "INSERT INTO stage_matrix VALUES (?, ?, ?, ?, ?)", [(run["run_id"], *row) for row in stage_matrix]
-                )
-            for table, rows in zip(PER_RUN, (curves, samples, generations)):
-                if rows:
-                    insert_frame(db, table, run["run_id"], rows)
+            insert_run(db, run, metrics, stage_matrix, (curves, samples, generations))
             fault_point("record")  # crash tests: SIGKILL here, mid-transaction
             db.execute("COMMIT")
 
@@ -488,14 +472,14 @@ def _merge(db, combine) -> Merged:
         columns = [d[0] for d in cursor.description]
         for row in [dict(zip(columns, values)) for values in cursor.fetchall()]:
             here = db.execute("SELECT search FROM tuned WHERE tune_key = ?", [row["tune_key"]]).fetchone()
+            made = merged_choice(
+                json.loads(here[0]) if here else None, row | {"search": json.loads(row["search"])}, combine
+            )
+            if made is None:
+                tuned_kept += 1
+                continue
             if here is not None:
-                made = combine(json.loads(here[0]), json.loads(row["search"])) if combine else None
-                if made is None:
-                    tuned_kept += 1
-                    continue
-                search, best = made
-                row |= {"lr": best["lr"], "score": best["mean"], "search": json.dumps(search, sort_keys=True)}
-                row["chosen_at"] = now()
+                row = made | {"search": json.dumps(made["search"], sort_keys=True), "chosen_at": now()}
                 db.execute("DELETE FROM tuned WHERE tune_key = ?", [row["tune_key"]])
             db.execute(
                 f"INSERT INTO tuned ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values())
@@ -503,6 +487,40 @@ def _merge(db, combine) -> Merged:
             tuned += 1
     db.execute("DROP TABLE taken")
     return Merged(taken, kept, tuned, tuned_kept)
+
+
+def insert_run(db, run: dict, metrics: dict[str, float], stage_matrix: list[tuple], per_run: tuple) -> None:
+    """One run's rows into the tables of TABLES: its runs row (config, versions and spec as JSON text), its
+    metrics, stage matrix, and per_run: its rows of PER_RUN's tables, in that order. Both stores write this way."""
+    row = dict(run, config=json.dumps(run["config"], sort_keys=True), versions=json.dumps(run["versions"]))
+    if row.get("spec") is not None:
+        row["spec"] = json.dumps(row["spec"], sort_keys=True)
+    db.execute(
+        f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+        list(row.values()),
+    )
+    if metrics:
+        db.executemany(
+            "INSERT INTO metrics VALUES (?, ?, ?)",
+            [(run["run_id"], k, float(v)) for k, v in sorted(metrics.items())],
+        )
+    if stage_matrix:
+        db.executemany("INSERT INTO stage_matrix VALUES (?, ?, ?, ?, ?)", [(run["run_id"], *r) for r in stage_matrix])
+    for table, rows in zip(PER_RUN, per_run):
+        if rows:
+            insert_frame(db, table, run["run_id"], rows)
+
+
+def merged_choice(here: list[dict] | None, row: dict, combine) -> dict | None:
+    """A source's tuning choice `row` (its search parsed) for a key stored here with search `here` (None: no choice
+    stored): the row to store, or None to keep here's. Both stored: combine(here, there) → (search, its choice)."""
+    if here is None:
+        return row
+    made = combine(here, row["search"]) if combine else None
+    if made is None:
+        return None
+    search, best = made
+    return row | {"lr": best["lr"], "score": best["mean"], "search": search}
 
 
 def insert_frame(db, table: str, run_id: str, rows: list[tuple]) -> None:
