@@ -9,7 +9,7 @@ weights untouched gets bit-identical old-vocabulary numbers, not "equal up to BL
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
@@ -127,75 +127,101 @@ def score(
         return Scores(0.0, 0, 0.0, 0, empty, empty, empty)
     was_training = model.training
     model.eval()
-    full_vocab = model.get_output_embeddings().weight.shape[0]
-    new = range(old_vocab, full_vocab)
-    nll_old = nll_full = 0.0
-    n_old = n_full = occurrences = recalled = emitted = 0
-    correct_old, correct_full, example_of, position_old, position_full, is_old_all = [], [], [], [], [], []
-    argmax_old, argmax_full = [], []
+    tally = _Tally(old_vocab, range(old_vocab, model.get_output_embeddings().weight.shape[0]))
     batches = positions(model, encoded, pad_id=pad_id, batch_size=batch_size, new_from=old_vocab) if at is None else at
     for h, targets, rows, prompt_h, prompt_targets in batches:
         if len(prompt_targets):  # no new token in a prompt: no head for it
-            counted = metrics.new_token_recall(_head(model, prompt_h, None).argmax(-1), prompt_targets, new)
-            recalled, occurrences = recalled + counted[0], occurrences + counted[1]
+            tally.recall(_head(model, prompt_h, None).argmax(-1), prompt_targets)
         # chunks of positions bound the [positions, |V|] logits (49k-152k vocabularies)
         for chunk in range(0, len(targets), POSITIONS_PER_CHUNK):
             h_chunk, t_chunk = h[chunk : chunk + POSITIONS_PER_CHUNK], targets[chunk : chunk + POSITIONS_PER_CHUNK]
-            logits_old = _head(model, h_chunk, old_vocab)
-            is_old = t_chunk < old_vocab
-            # a new-token target has no old-softmax NLL: clamped only to keep gather in range, then dropped
-            nll = metrics.token_nll(logits_old, t_chunk.clamp(max=old_vocab - 1))
-            nll_old += nll[is_old].sum().item()
-            n_old += int(is_old.sum())
-            position_old.append(torch.where(is_old, nll, 0.0).cpu())
-            is_old_all.append(is_old.cpu())
-            predicted_old = logits_old.argmax(-1)
-            hit_old = predicted_old == t_chunk
-            if full_vocab > old_vocab:
-                logits_full = _head(model, h_chunk, None)
-                full = metrics.token_nll(logits_full, t_chunk)
-                nll_full += full.sum().item()
-                position_full.append(full.cpu())
-                predicted_full = logits_full.argmax(-1)
-                hit_full = predicted_full == t_chunk
-                counted = metrics.new_token_recall(predicted_full, t_chunk, new)
-                recalled, occurrences = recalled + counted[0], occurrences + counted[1]
-                emitted += metrics.new_token_emissions(predicted_full, new)
-            else:  # an unexpanded model: the full softmax is the old one, computed once
-                nll_full += nll.sum().item()
-                position_full.append(nll.cpu())
-                predicted_full, hit_full = predicted_old, hit_old
-            argmax_old.append(predicted_old.cpu())
-            argmax_full.append(predicted_full.cpu())
-            n_full += len(t_chunk)
-            correct_old.append(hit_old)
-            correct_full.append(hit_full)
-        example_of.append(rows)
+            tally.add(model, h_chunk, t_chunk)
+        tally.example_of.append(rows)
     model.train(was_training)
-    example_of = torch.cat(example_of).cpu()
-    correct_old = torch.cat(correct_old).cpu()
-    per_example = lambda values: torch.zeros(len(encoded), dtype=values.dtype).index_add_(0, example_of, values)
-    is_old = torch.cat(is_old_all)
-    first = metrics.first_position(example_of, len(encoded))
-    at_first = lambda predicted: torch.cat([torch.cat(predicted), torch.tensor([-1])])[first]
-    return Scores(
-        nll_old,
-        n_old,
-        nll_full,
-        n_full,
-        metrics.exact_match(correct_old, example_of, len(encoded)),
-        metrics.exact_match(torch.cat(correct_full).cpu(), example_of, len(encoded)),
-        metrics.first_match(correct_old, example_of, len(encoded)),
-        per_example(torch.cat(position_old)),
-        per_example(is_old.long()),
-        per_example(torch.cat(position_full)),
-        per_example(torch.ones_like(is_old, dtype=torch.long)),
-        at_first(argmax_old),
-        at_first(argmax_full),
-        occurrences,
-        recalled,
-        emitted,
-    )
+    return tally.scores(len(encoded))
+
+
+@dataclass
+class _Tally:
+    """What score() gathers over chunks of scored positions, and the Scores it makes of them."""
+
+    old_vocab: int
+    new: range  # the new tokens' ids
+    nll_old: float = 0.0
+    nll_full: float = 0.0
+    n_old: int = 0
+    n_full: int = 0
+    occurrences: int = 0
+    recalled: int = 0
+    emitted: int = 0
+    correct_old: list = field(default_factory=list)
+    correct_full: list = field(default_factory=list)
+    example_of: list = field(default_factory=list)
+    position_old: list = field(default_factory=list)
+    position_full: list = field(default_factory=list)
+    is_old: list = field(default_factory=list)
+    argmax_old: list = field(default_factory=list)
+    argmax_full: list = field(default_factory=list)
+
+    def recall(self, predicted: torch.Tensor, targets: torch.Tensor) -> None:
+        counted = metrics.new_token_recall(predicted, targets, self.new)
+        self.recalled, self.occurrences = self.recalled + counted[0], self.occurrences + counted[1]
+
+    def add(self, model, h_chunk: torch.Tensor, t_chunk: torch.Tensor) -> None:
+        logits_old = _head(model, h_chunk, self.old_vocab)
+        is_old = t_chunk < self.old_vocab
+        # a new-token target has no old-softmax NLL: clamped only to keep gather in range, then dropped
+        nll = metrics.token_nll(logits_old, t_chunk.clamp(max=self.old_vocab - 1))
+        self.nll_old += nll[is_old].sum().item()
+        self.n_old += int(is_old.sum())
+        self.position_old.append(torch.where(is_old, nll, 0.0).cpu())
+        self.is_old.append(is_old.cpu())
+        predicted_old = logits_old.argmax(-1)
+        hit_old = predicted_old == t_chunk
+        if len(self.new):
+            logits_full = _head(model, h_chunk, None)
+            full = metrics.token_nll(logits_full, t_chunk)
+            self.nll_full += full.sum().item()
+            self.position_full.append(full.cpu())
+            predicted_full = logits_full.argmax(-1)
+            hit_full = predicted_full == t_chunk
+            self.recall(predicted_full, t_chunk)
+            self.emitted += metrics.new_token_emissions(predicted_full, self.new)
+        else:  # an unexpanded model: the full softmax is the old one, computed once
+            self.nll_full += nll.sum().item()
+            self.position_full.append(nll.cpu())
+            predicted_full, hit_full = predicted_old, hit_old
+        self.argmax_old.append(predicted_old.cpu())
+        self.argmax_full.append(predicted_full.cpu())
+        self.n_full += len(t_chunk)
+        self.correct_old.append(hit_old)
+        self.correct_full.append(hit_full)
+
+    def scores(self, n_examples: int) -> Scores:
+        example_of = torch.cat(self.example_of).cpu()
+        correct_old = torch.cat(self.correct_old).cpu()
+        per_example = lambda values: torch.zeros(n_examples, dtype=values.dtype).index_add_(0, example_of, values)
+        is_old = torch.cat(self.is_old)
+        first = metrics.first_position(example_of, n_examples)
+        at_first = lambda predicted: torch.cat([torch.cat(predicted), torch.tensor([-1])])[first]
+        return Scores(
+            self.nll_old,
+            self.n_old,
+            self.nll_full,
+            self.n_full,
+            metrics.exact_match(correct_old, example_of, n_examples),
+            metrics.exact_match(torch.cat(self.correct_full).cpu(), example_of, n_examples),
+            metrics.first_match(correct_old, example_of, n_examples),
+            per_example(torch.cat(self.position_old)),
+            per_example(is_old.long()),
+            per_example(torch.cat(self.position_full)),
+            per_example(torch.ones_like(is_old, dtype=torch.long)),
+            at_first(self.argmax_old),
+            at_first(self.argmax_full),
+            self.occurrences,
+            self.recalled,
+            self.emitted,
+        )
 
 
 @torch.inference_mode()

@@ -12,8 +12,8 @@ Layout of the store's directory:
                                     metrics for it; other files there are not read)
     claims/<run_id>.<attempt>.json  one per attempt: who runs it, its heartbeat, how it ended
     lm_eval/<run_id>/<task>.parquet `clbench lm-eval` rows;  tuned/<tune_key>.json: `clbench tune`'s choices
-    tmp/                            files being written; never read (a killed process may leave some behind:
-                                    safe to delete while no process writes to the store)
+    tmp/                            files being written; never read. A killed process may leave some behind:
+                                    each claim deletes those untouched for TMP_STALE_SECONDS
 
 Why it survives a cluster whose shared filesystem gives no working file locks (NFS, some Lustre mounts):
 nothing here uses fcntl/flock or has two processes write one file.
@@ -40,6 +40,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 import uuid
 from contextlib import contextmanager
 from datetime import datetime
@@ -67,6 +68,8 @@ from clbench.store import (
 
 RECORD_TABLES = ("runs", "metrics", "stage_matrix", *PER_RUN)  # the files of one record
 MARKER = "clbench-records"  # in the store's directory: what makes it one
+# a file under tmp/ is written and renamed within seconds; one untouched for this long was left by a killed process
+TMP_STALE_SECONDS = 6 * 3600.0
 
 
 def is_record_store(path: str | Path) -> bool:
@@ -200,6 +203,7 @@ class RecordStore:
     def claim(self, run_id: str) -> Claim:
         """Hold run_id as its next attempt, unless it is finished or a live process holds it (see the module)."""
         self._layout()
+        self._sweep_tmp()
         while True:
             if self.status(run_id) == "finished":
                 return Claim("finished")
@@ -368,6 +372,20 @@ class RecordStore:
             ) from None
         finally:
             partial.unlink()
+
+    def _sweep_tmp(self) -> None:
+        """Delete what killed processes left under tmp/ (nothing there is read; see TMP_STALE_SECONDS)."""
+        cutoff = time.time() - TMP_STALE_SECONDS
+        for entry in (self.path / "tmp").iterdir():
+            try:
+                if entry.lstat().st_mtime >= cutoff:
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+            except FileNotFoundError:  # another process swept it first
+                continue
 
     def _layout(self) -> None:
         for folder in ("records", "failed", "claims", "lm_eval", "tuned", "tmp"):

@@ -20,7 +20,7 @@ from tiny_setup import clbench_process, cli_env, run_clbench
 
 from clbench.errors import ClbenchError
 from clbench.owner import Owner, start_token
-from clbench.records import RecordStore, merge, open_store
+from clbench.records import TMP_STALE_SECONDS, RecordStore, merge, open_store
 from clbench.store import Store, now
 
 PUBLISHED = Path(__file__).parent.parent / "leaderboard" / "pseudowords-cpu" / "results.duckdb"
@@ -137,6 +137,21 @@ def test_a_finished_run_is_recorded_once_and_a_later_finish_of_a_failed_one_show
     assert store.query("SELECT run_id, status FROM runs").values.tolist() == [["r1", "finished"]]
     assert store.query("SELECT metric, value FROM metrics").values.tolist() == [["target_loss", 2.0]]
     assert not any((tmp_path / "s" / "tmp").iterdir())  # the discarded record's files are gone
+
+
+def test_a_claim_sweeps_what_killed_writers_left_under_tmp(tmp_path):
+    store = RecordStore(tmp_path / "s")
+    store.claim("r0")
+    scratch = tmp_path / "s" / "tmp"
+    (scratch / "r9.dead").mkdir()
+    (scratch / "r9.dead" / "runs.parquet").write_text("half")
+    (scratch / "claim.dead").write_text("{}")
+    (scratch / "r8.being-written").mkdir()
+    stale = time.time() - TMP_STALE_SECONDS - 60
+    for entry in ("r9.dead", "claim.dead"):
+        os.utime(scratch / entry, (stale, stale))
+    assert store.claim("r1").state == "claimed"
+    assert sorted(p.name for p in scratch.iterdir()) == ["r8.being-written"]  # a fresh one may be mid-write
 
 
 def test_claims_finished_busy_dead_and_stale(tmp_path, monkeypatch):
