@@ -47,6 +47,13 @@ class Scores:
     new_occurrences: int = 0
     new_recalled: int = 0
     new_emitted: int = 0
+    # transition drift against a reference model on the same positions (score(..., reference=)): per example,
+    # Σ over its positions of KL(reference ‖ this model) under the old softmax and the full one, and how many
+    # positions' argmax differs from the reference's, old and full softmax (metrics.transition_drift)
+    example_kl_old: torch.Tensor | None = None
+    example_kl_full: torch.Tensor | None = None
+    example_changed_old: torch.Tensor | None = None
+    example_changed_full: torch.Tensor | None = None
 
     @property
     def loss_old(self) -> float:
@@ -57,15 +64,41 @@ class Scores:
         return metrics.mean_nll(self.nll_full, self.n_full)
 
 
-def _head(model, hidden: torch.Tensor, rows: int | None) -> torch.Tensor:
+class Head(NamedTuple):
+    """A model's output layer, or its first rows: what turns hidden states into logits."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    cap: float | None  # final_logit_softcapping (Gemma 2)
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = F.linear(hidden.to(self.weight.dtype), self.weight, self.bias)
+        return torch.tanh(logits / self.cap) * self.cap if self.cap else logits
+
+
+def head_of(model, rows: int | None, *, keep: bool = False) -> Head:
+    """The model's head over its first `rows` rows (None: all). keep: a copy, for a model that is handed on
+    to be trained (models.Base.own_model with device_map)."""
     head = model.get_output_embeddings()
     weight = head.weight if rows is None else head.weight[:rows]
     bias = getattr(head, "bias", None)
     if bias is not None and rows is not None:
         bias = bias[:rows]
-    logits = F.linear(hidden.to(weight.dtype), weight, bias)
-    cap = getattr(model.config, "final_logit_softcapping", None)
-    return torch.tanh(logits / cap) * cap if cap else logits
+    if keep:
+        weight, bias = weight.detach().clone(), None if bias is None else bias.detach().clone()
+    return Head(weight, bias, getattr(model.config, "final_logit_softcapping", None))
+
+
+def _head(model, hidden: torch.Tensor, rows: int | None) -> torch.Tensor:
+    return head_of(model, rows)(hidden)
+
+
+class Reference(NamedTuple):
+    """The model drift is measured against (the unexpanded base) on the same examples: its positions() there,
+    batch by batch as score() meets them, and its old-vocabulary head."""
+
+    positions: list[Positions]
+    head: Head
 
 
 class Positions(NamedTuple):
@@ -120,22 +153,28 @@ def score(
     pad_id: int,
     batch_size: int,
     at: Iterable[Positions] | None = None,
+    reference: Reference | None = None,
 ) -> Scores:
-    """at: positions() of these examples already computed (a frozen backbone's, kept from the base)."""
+    """at: positions() of these examples already computed (a frozen backbone's, kept from the base).
+    reference: also measure the transition drift from that model, position by position (the same examples,
+    batch size and so batches: positions() orders them by the data alone)."""
     if not encoded:
         empty = torch.zeros(0, dtype=torch.bool)
         return Scores(0.0, 0, 0.0, 0, empty, empty, empty)
     was_training = model.training
     model.eval()
-    tally = _Tally(old_vocab, range(old_vocab, model.get_output_embeddings().weight.shape[0]))
+    tally = _Tally(old_vocab, range(old_vocab, model.get_output_embeddings().weight.shape[0]), reference is not None)
     batches = positions(model, encoded, pad_id=pad_id, batch_size=batch_size, new_from=old_vocab) if at is None else at
-    for h, targets, rows, prompt_h, prompt_targets in batches:
+    for number, (h, targets, rows, prompt_h, prompt_targets) in enumerate(batches):
         if len(prompt_targets):  # no new token in a prompt: no head for it
             tally.recall(_head(model, prompt_h, None).argmax(-1), prompt_targets)
+        kept = reference.positions[number] if reference is not None else None
+        if kept is not None and not torch.equal(kept.targets, targets):
+            raise ValueError("score: the reference's positions are not these examples' (other data or batch size)")
         # chunks of positions bound the [positions, |V|] logits (49k-152k vocabularies)
         for chunk in range(0, len(targets), POSITIONS_PER_CHUNK):
-            h_chunk, t_chunk = h[chunk : chunk + POSITIONS_PER_CHUNK], targets[chunk : chunk + POSITIONS_PER_CHUNK]
-            tally.add(model, h_chunk, t_chunk)
+            cut = slice(chunk, chunk + POSITIONS_PER_CHUNK)
+            tally.add(model, h[cut], targets[cut], None if kept is None else reference.head(kept.hidden[cut]))
         tally.example_of.append(rows)
     model.train(was_training)
     return tally.scores(len(encoded))
@@ -147,6 +186,7 @@ class _Tally:
 
     old_vocab: int
     new: range  # the new tokens' ids
+    drift: bool  # a reference's logits come with each chunk
     nll_old: float = 0.0
     nll_full: float = 0.0
     n_old: int = 0
@@ -162,12 +202,13 @@ class _Tally:
     is_old: list = field(default_factory=list)
     argmax_old: list = field(default_factory=list)
     argmax_full: list = field(default_factory=list)
+    drifts: list = field(default_factory=list)  # per chunk: metrics.transition_drift's four [P] tensors
 
     def recall(self, predicted: torch.Tensor, targets: torch.Tensor) -> None:
         counted = metrics.new_token_recall(predicted, targets, self.new)
         self.recalled, self.occurrences = self.recalled + counted[0], self.occurrences + counted[1]
 
-    def add(self, model, h_chunk: torch.Tensor, t_chunk: torch.Tensor) -> None:
+    def add(self, model, h_chunk: torch.Tensor, t_chunk: torch.Tensor, reference_logits=None) -> None:
         logits_old = _head(model, h_chunk, self.old_vocab)
         is_old = t_chunk < self.old_vocab
         # a new-token target has no old-softmax NLL: clamped only to keep gather in range, then dropped
@@ -191,6 +232,10 @@ class _Tally:
             self.nll_full += nll.sum().item()
             self.position_full.append(nll.cpu())
             predicted_full, hit_full = predicted_old, hit_old
+            logits_full = logits_old
+        if reference_logits is not None:
+            drift = metrics.transition_drift(reference_logits, logits_old, logits_full)
+            self.drifts.append([d.cpu() for d in drift])
         self.argmax_old.append(predicted_old.cpu())
         self.argmax_full.append(predicted_full.cpu())
         self.n_full += len(t_chunk)
@@ -204,6 +249,7 @@ class _Tally:
         is_old = torch.cat(self.is_old)
         first = metrics.first_position(example_of, n_examples)
         at_first = lambda predicted: torch.cat([torch.cat(predicted), torch.tensor([-1])])[first]
+        drift = [per_example(torch.cat(d).double()) for d in zip(*self.drifts, strict=True)] if self.drift else []
         return Scores(
             self.nll_old,
             self.n_old,
@@ -221,6 +267,7 @@ class _Tally:
             self.occurrences,
             self.recalled,
             self.emitted,
+            *drift,
         )
 
 

@@ -260,6 +260,48 @@ register_metric(
     headline={"summary": 70, "leaderboard": 70, "curve": 60},
     score=lambda r: forgetting(r.old.loss_full, r.base_old.loss_old),
 )
+# transition drift: the paper's forgetting. A loss difference on a corpus also measures how far the model moved
+# towards or away from that corpus's domain; the drift of p(· | x<t) at each old-text position does not.
+DRIFT = {
+    "drift_kl_oldvocab": (
+        "example_kl_old",
+        "old text: mean over scored positions of KL(p_base ‖ p_adapted), both softmaxes over the base vocabulary V: how far each old transition p(· | x<t) moved (0: unchanged; exactly 0 where the backbone and the old rows are untouched); unlike forgetting_oldvocab it cannot be lowered by moving towards the old text's domain",
+        {"summary": 62, "leaderboard": 62, "curve": 52},
+    ),
+    "drift_kl_full": (
+        "example_kl_full",
+        "as drift_kl_oldvocab with the adapted model's softmax over V ∪ U (the base puts no mass on U: for a method that only adds rows this is −log(1 − the mass the new tokens take) per position)",
+        {"summary": 72, "leaderboard": 72},
+    ),
+    "drift_top1_changed_oldvocab": (
+        "example_changed_old",
+        "old text: share of scored positions whose greedy next token (argmax over V) differs from the base's",
+        {"summary": 64, "leaderboard": 64},
+    ),
+    "drift_top1_changed_full": (
+        "example_changed_full",
+        "as drift_top1_changed_oldvocab with the adapted model's argmax over V ∪ U (a new token there is a change)",
+        {},
+    ),
+}
+
+
+def drift_of(scores, field_name: str) -> float | None:
+    """A drift metric's mean over the scored positions; None where the scores carry no drift (no reference)."""
+    per_example = getattr(scores, field_name)
+    if per_example is None:
+        return None
+    return (per_example.sum() / scores.example_n_full.double().sum()).item()
+
+
+for _name, (_field, _definition, _headline) in DRIFT.items():
+    register_metric(
+        _name,
+        higher_is_better=False,
+        definition=_definition,
+        headline=_headline,
+        score=lambda r, _field=_field: drift_of(r.old, _field),
+    )
 register_metric(
     "old_skill_acc",
     higher_is_better=True,
@@ -379,6 +421,12 @@ NOISE = {  # evaluation noise of each of these, from per-example sums (forgettin
     "forgetting_full": lambda r: bootstrap_se(
         r.old.example_nll_full, r.old.example_n_full, r.base_old.example_nll_old, r.base_old.example_n_old
     ),
+    **{
+        name: lambda r, _field=field_name: (
+            None if getattr(r.old, _field) is None else bootstrap_se(getattr(r.old, _field), r.old.example_n_full)
+        )
+        for name, (field_name, _, _) in DRIFT.items()
+    },
 }
 for _name, _score in NOISE.items():
     register_metric(
@@ -661,6 +709,21 @@ def accuracy(hits: torch.Tensor) -> float:
 def forgetting(adapted: float, base: float) -> float:
     """adapted − base: positive means the adapted model is worse on old material."""
     return adapted - base
+
+
+def transition_drift(
+    reference: torch.Tensor, old: torch.Tensor, full: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per position, how far a model's next-token distribution moved from a reference's: KL(p_ref ‖ p) with
+    p over the reference's vocabulary V (`old`, logits [P, |V|]) and over V ∪ U (`full`, [P, |V| + |U|]; the
+    reference puts no mass on U, so only V's terms count), and whether the argmax differs (1.0 or 0.0) in each.
+    In float32 from logits of any dtype; identical logits give exactly 0 (identical log-softmaxes). A KL is
+    ≥ 0: a rounding error below 0 is clamped to it."""
+    log_p = torch.log_softmax(reference.float(), -1)
+    p, vocab = log_p.exp(), reference.shape[-1]
+    kl = lambda logits: (p * (log_p - torch.log_softmax(logits.float(), -1)[:, :vocab])).sum(-1).clamp_min(0.0)
+    greedy = reference.argmax(-1)
+    return kl(old), kl(full), (old.argmax(-1) != greedy).float(), (full.argmax(-1) != greedy).float()
 
 
 def bits_per_byte(nll_sum: float, n_bytes: int) -> float:

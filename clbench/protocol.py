@@ -28,7 +28,7 @@ from clbench import metrics as M
 from clbench.data import Encoded, Example, Stage, TaskData, encode_examples, encode_texts, read_all
 from clbench.devices import input_device, resolve_device
 from clbench.errors import ClbenchError, DivergedError
-from clbench.evaluate import Positions, Scores, greedy, positions, score
+from clbench.evaluate import Positions, Reference, Scores, greedy, head_of, positions, score
 from clbench.expand import INIT_STRATEGIES, add_new_tokens, check_expansion, expand
 from clbench.explain import meaning_recovery, rows_file, save_new_rows
 from clbench.memory import PeakMemory
@@ -59,6 +59,7 @@ class Session:
     base_scores: dict[tuple, tuple[Scores, Scores]] = field(default_factory=dict)
     base_target_scores: dict[tuple, Scores] = field(default_factory=dict)
     base_positions: dict[tuple, list[Positions]] = field(default_factory=dict)
+    old_references: dict[tuple, Reference] = field(default_factory=dict)
     # the expanded model before any training is the same for every method (expand() precedes setup()),
     # so its target scores are too: one scoring per (base, data, init, seed) rather than per method
     init_scores: dict[tuple, Scores] = field(default_factory=dict)
@@ -107,6 +108,15 @@ class Session:
         frozen backbone has the very same on old text (it holds no new token), so its evaluation
         there is the head alone (adapt_and_evaluate)."""
         return self._positions(base, data, batch_size, "old", lambda: old_sets(base, data)[0])
+
+    def old_reference(self, base: Base, data: TaskData, batch_size: int) -> Reference:
+        """What an adapted model's transition drift on old text is measured against: the base's positions
+        there and its head (a copy where own_model hands the base's weights to the run: device_map)."""
+        key = (base.fingerprint, data.fingerprint(), batch_size)
+        if key not in self.old_references:
+            head = head_of(base.model, len(base.tokenizer), keep=base.reload is not None)
+            self.old_references[key] = Reference(self.old_positions(base, data, batch_size), head)
+        return self.old_references[key]
 
     def oracle_positions(self, base: Base, data: TaskData, batch_size: int) -> list[Positions]:
         """The same for the target set's oracle version (each new token replaced by its meaning): it
@@ -421,7 +431,7 @@ def adapt_and_evaluate(
     on_step(step, loss, lr, grad_norm) after every training step, steps counted across stages."""
     base, data = planned.base, planned.data
     references = base_references(planned, session)
-    run = expanded(planned, method, session)
+    run = expanded(planned, method, session, references)
     memory = PeakMemory(input_device(run.model))  # this run's peak, from here to the end of its evaluation
     trained = train_stages(planned, method, run, on_step)
     if rows_path is not None:  # the learned new rows, for `clbench explain`
@@ -498,6 +508,7 @@ class References:
     skill: Scores  # old skill
     target: Scores  # the target set under the base tokenizer: the no-learning reference
     oracle: Scores | None  # the target set's oracle version (each new token replaced by its meaning), where it has one
+    drift: Reference  # the base on old text, what the adapted model's transition drift there is measured against
 
 
 def base_references(planned: Plan, session: Session) -> References:
@@ -507,7 +518,7 @@ def base_references(planned: Plan, session: Session) -> References:
     old, skill = session.scores_of_base(base, data, batch)
     target = session.target_of_base(base, data, batch)
     oracle = session.target_of_base(base, data, batch, oracle=True) if data.target_oracle else None
-    return References(old, skill, target, oracle)
+    return References(old, skill, target, oracle, session.old_reference(base, data, batch))
 
 
 @dataclass
@@ -526,7 +537,7 @@ class Expanded:
     at_init: Scores  # the target set scored by the expanded model before any training
 
 
-def expanded(planned: Plan, method: MethodSpec, session: Session) -> Expanded:
+def expanded(planned: Plan, method: MethodSpec, session: Session, references: References) -> Expanded:
     """2. expand a private copy of the base (a sequential task adds every stage's tokens here, each stage's rows
     staying at their initialisation until its stage)."""
     base, data, budget, seed = planned.base, planned.data, planned.budget, planned.seed
@@ -542,7 +553,10 @@ def expanded(planned: Plan, method: MethodSpec, session: Session) -> Expanded:
     scored = lambda m, examples: score(m, examples, old_vocab=old_vocab, pad_id=pad, batch_size=batch)
     # a frozen backbone's hidden states on old text are the base's: only its head is scored there
     kept = session.old_positions(base, data, batch) if method.frozen_backbone else None
-    scored_old = lambda m: score(m, old_set, old_vocab=old_vocab, pad_id=pad, batch_size=batch, at=kept)
+    drift = references.drift
+    scored_old = lambda m: score(
+        m, old_set, old_vocab=old_vocab, pad_id=pad, batch_size=batch, at=kept, reference=drift
+    )
     # the expanded model before any training is the same for every method (expand() precedes setup())
     init_key = (base.fingerprint, data.fingerprint(), planned.init, seed, batch)
     if init_key not in session.init_scores:
@@ -659,12 +673,14 @@ def setup(method: MethodSpec, model, expansion, method_config):
 
 
 STAGE_METRICS = ("target_loss", "target_acc")
+STAGE_DRIFT = ("drift_kl_oldvocab", "drift_kl_full")  # on old text after each stage, beside its losses
 
 
 def stage_row(after: int, model, stages: list[Stage], tokenizer, max_length: int, scored_old, scored) -> list[tuple]:
     """(after_stage, eval_stage, metric, value) for the old text (eval_stage 0) and every stage's target set."""
     old = scored_old(model)
     rows = [(after, 0, "loss_oldvocab", old.loss_old), (after, 0, "loss_full", old.loss_full)]
+    rows += [(after, 0, name, M.drift_of(old, M.DRIFT[name][0])) for name in STAGE_DRIFT]
     for number, stage in enumerate(stages, 1):
         target = scored(model, encode_examples(tokenizer, stage.target_test, max_length))
         rows += [

@@ -83,8 +83,14 @@ def test_method_runs_on_task(task_name, method_name, session, tmp_path):
     assert {name for name in CALLED_FOR if name in values} == REPORTED[task_name]
     # old text holds old tokens only, and the full softmax gives the new ones some mass: it costs more there
     assert values["forgetting_full"] > values["forgetting_oldvocab"]
+    assert values["drift_kl_full"] >= values["drift_kl_oldvocab"] >= 0.0
     if method_name in FROZEN_BACKBONE:  # old text's hidden states are the base's: not pt, whose prompt precedes it
         assert values["forgetting_oldvocab"] == 0.0
+        # every old transition exactly as the base had it; only the new rows' share of the full softmax moves
+        assert values["drift_kl_oldvocab"] == values["drift_top1_changed_oldvocab"] == 0.0
+        assert values["drift_kl_oldvocab_se"] == 0.0 < values["drift_kl_full"]
         # the old skill, where the task probes one (addition), is exactly the base's; elsewhere there is no delta
         delta = values.get("old_skill_acc_delta")
         assert delta == (0.0 if "old_skill_acc" in REPORTED[task_name] else None)
+    else:  # a trained backbone (or prompt) moves the old transitions
+        assert values["drift_kl_oldvocab"] > 0.0 and values["drift_kl_oldvocab_se"] > 0.0

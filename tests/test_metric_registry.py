@@ -50,13 +50,23 @@ CURVE_BEFORE = [
 
 
 # headline metrics added since (the reference points and next-token top-1, issue 15; bits per byte beside the
-# base's, the one target measure of every position that compares across tokenizations: xling's)
+# base's, the one target measure of every position that compares across tokenizations: xling's; transition
+# drift, the paper's forgetting, each beside the loss difference of the same softmax: issue 24)
 ADDED = {"gap_closed", "target_top1", "word_gap", "target_bpb", "target_bpb_base"}
+DRIFT = {"drift_kl_oldvocab", "drift_top1_changed_oldvocab", "drift_kl_full"}
 
 
 def test_headline_lists_are_the_ones_before_the_registry_plus_the_references():
     for view, before in [("summary", SUMMARY_BEFORE), ("leaderboard", LEADERBOARD_BEFORE), ("curve", CURVE_BEFORE)]:
-        assert [m for m in M.headline(view) if m not in ADDED] == before, view
+        assert [m for m in M.headline(view) if m not in ADDED | DRIFT] == before, view
+    follows = lambda view, metric: M.headline(view)[M.headline(view).index(metric) + 1]
+    for view in ("summary", "leaderboard"):
+        assert [follows(view, m) for m in ("forgetting_oldvocab", "forgetting_full")] == [
+            "drift_kl_oldvocab",
+            "drift_kl_full",
+        ]
+        assert follows(view, "drift_kl_oldvocab") == "drift_top1_changed_oldvocab"
+    assert follows("curve", "forgetting_oldvocab") == "drift_kl_oldvocab"
     assert M.headline("summary")[:4] == ["target_loss", "gap_closed", "target_acc", "target_top1"]
     assert M.headline("leaderboard")[:7] == [
         "target_acc", "target_top1", "target_acc_seen", "target_acc_unseen", "gap_closed", "word_gap", "target_loss"

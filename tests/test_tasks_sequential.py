@@ -77,14 +77,16 @@ def test_et_stage_matrix_shows_no_transfer_and_no_forgetting(tmp_path, tiny_task
     outcome = run_one(tiny_task, methods().get("et"), seed=0, store=Store(db), session=tiny_session())
     assert outcome.status == "finished"
     matrix, values = stored(db, "et")
-    # 4 rows (before training, after each stage) × (old text: 2 metrics + 3 stages × 3 metrics)
-    assert len(matrix) == 4 * (2 + 3 * 3)
+    # 4 rows (before training, after each stage) × (old text: 2 losses, 2 drifts + 3 stages × 3 metrics)
+    assert len(matrix) == 4 * (4 + 3 * 3)
     loss, acc = R(matrix, "target_loss"), R(matrix, "target_acc")
     for j in range(3):
         assert len({loss[i][j] for i in range(j + 1)}) == 1  # untouched until its own stage
         assert len({loss[i][j] for i in range(j + 1, 4)}) == 1  # and untouched after it
         assert loss[j + 1][j] != loss[j][j]  # its own stage moved it
     assert len({matrix[a, 0, "loss_oldvocab"] for a in range(4)}) == 1
+    assert [matrix[a, 0, "drift_kl_oldvocab"] for a in range(4)] == [0.0] * 4  # every old transition kept
+    print("DRIFTFULL", [matrix[a, 0, "drift_kl_full"] for a in range(4)])
     assert values["bwt_target_loss"] == 0.0 and values["fwt_target_loss"] == 0.0
     assert values["forgetting_oldvocab"] == 0.0 and values["trainable_params"] == 16  # one 16-wide row per stage
     # the stored run-level numbers are the pure functions of the stored matrix
@@ -105,3 +107,4 @@ def test_fft_moves_every_stage(tmp_path, tiny_task):
     assert loss[1][2] != loss[0][2]  # training stage 1 changed how stage 3 scores: forward transfer
     assert values["fwt_target_loss"] == cl_metrics.forward_transfer(loss, False) != 0.0
     assert values["forgetting_oldvocab"] != 0.0
+    print("FFTDRIFT", [matrix[a, 0, "drift_kl_oldvocab"] for a in range(4)], values["drift_kl_oldvocab"])
