@@ -59,9 +59,10 @@ def test_the_claims_come_from_the_published_numbers():
     assert claims(TABLES[2]) == [
         "xling-es target_loss: fft > et (5.56 vs 2.3)",
         "xling-es forgetting_oldvocab: fft > et (9.83 vs -0.04)",
+        "xling-es drift_kl_oldvocab: fft > et (the same claim, measured as drift_kl_oldvocab)",
     ]
     assert claims(TABLES[0])[0] == "arithmetic target_acc: fft < et (0.772 vs 0.814)"
-    assert len(claims(TABLES[1])) == 3 * 2  # fft, lora, pt against et on test loss and forgetting
+    assert len(claims(TABLES[1])) == 3 * 3  # fft, lora, pt against et on test loss, forgetting and drift
 
 
 def paper_db(path) -> Store:
@@ -79,16 +80,17 @@ def paper_db(path) -> Store:
                 "old_skill_acc_base": 1.0,
             }
             record(store, f"a-{method}{seed}", "arithmetic", method, "builtin:arith-llama", seed, values)
-    words = {
-        "et": [(3.0, 0.0, 0.2), (3.1, 0.0, 0.3), (3.2, 0.0, 0.4)],
-        "fft": [(2.0, 0.5, 0.5), (2.1, 0.6, 0.6), (2.2, 0.7, 0.7)],
-        "lora": [(3.0, 0.1, 0.1), (3.5, 0.1, 0.2), (2.6, 0.2, 0.2)],
-        "pt": [(4.0, 0.3, 5.0)],
+    words = {  # target_loss, forgetting_oldvocab, forgetting_full, drift_kl_oldvocab per seed
+        "et": [(3.0, 0.0, 0.2, 0.0), (3.1, 0.0, 0.3, 0.0), (3.2, 0.0, 0.4, 0.0)],
+        "fft": [(2.0, 0.5, 0.5, 0.02), (2.1, 0.6, 0.6, 0.03), (2.2, 0.7, 0.7, 0.04)],
+        "lora": [(3.0, 0.1, 0.1, -0.02), (3.5, 0.1, 0.2, -0.03), (2.6, 0.2, 0.2, -0.04)],  # made up: below et's
+        "pt": [(4.0, 0.3, 5.0, 0.5)],
     }
     small = "builtin:smollm2-135m"
     for method, seeds in words.items():
-        for seed, (loss, fo, ff) in enumerate(seeds):
+        for seed, (loss, fo, ff, kl) in enumerate(seeds):
             values = {"target_loss": loss, "forgetting_oldvocab": fo, "forgetting_full": ff, "old_loss_base": 3.5}
+            values["drift_kl_oldvocab"] = kl
             record(store, f"w-{method}{seed}", "pseudowords", method, small, seed, values, profile="cpu", n_train=256)
     tune = {"target_loss": 99.0, "forgetting_oldvocab": 99.0}
     record(store, "w-tune", "pseudowords", "fft", small, 3, tune, profile="cpu", n_train=256, split="validation")
@@ -152,6 +154,14 @@ def test_pseudoword_rows_keep_profiles_apart_and_leave_tuning_runs_out(values):
         ONE_SEED,
     ]
     assert table["forgetting_full: clbench"].tolist()[:2] == ["0.30 ± 0.25", "0.60 ± 0.25"]  # shown, no verdict
+    # the same claim measured as drift: the paper's direction (fft, lora, pt forget more than et), no paper number
+    assert cells(table, ["drift_kl_oldvocab: clbench", "drift_kl_oldvocab: verdict"])[:4] == [
+        ("0 ± 0", "(reference)"),
+        ("0.030 ± 0.025", "direction holds (p = 0.035)"),  # t = 0.03 / (0.01 / √3) on 2 df
+        ("-0.030 ± 0.025", "reversed (p = 0.035)"),
+        ("0.5", ONE_SEED),
+    ]
+    assert "drift_kl_oldvocab: paper" not in table
     assert "forgetting_full: verdict" not in table and "forgetting_full: paper" not in table
 
 

@@ -55,9 +55,14 @@ class Table:
     metrics: dict[str, str]  # clbench metric → the paper's column it is compared with
     published: dict[str, dict[str, dict[str, float]]]  # task → method → metric → the paper's number
     shown: tuple[str, ...] = ()  # clbench-only columns: numbers, no paper value, no verdict
+    # clbench metric → the compared metric whose paper numbers give its direction: another measure of the same
+    # claim, judged on the paper's sign but shown without a paper number (they are not in its units)
+    measured_also: dict[str, str] = field(default_factory=dict)
     base: dict[str, tuple[BaseNumber, ...]] = field(default_factory=dict)  # task → the paper's base-model numbers
     note: str = ""
 
+
+DRIFT_NOTE = "forgetting_oldvocab is a loss difference on old text: a method can lower it by moving towards the old text's domain without keeping its transitions. drift_kl_oldvocab (mean KL(p_base ‖ p_adapted) per old-text position, old-vocabulary softmax) measures the claim itself, whether each old transition p(· | x<t) was kept: it is 0 exactly when it was, and no domain shift lowers it. The paper's forgetting direction is judged on both."
 
 # The paper's numbers in clbench's units: accuracies as fractions (the paper's % / 100), losses in nats per token.
 TABLES = (
@@ -95,6 +100,7 @@ TABLES = (
         methods=("et", "fft", "lora", "pt"),
         metrics={"target_loss": "test loss", "forgetting_oldvocab": "WikiText forgetting"},
         shown=("forgetting_full",),
+        measured_also={"drift_kl_oldvocab": "forgetting_oldvocab"},
         published={
             "pseudowords": {
                 "et": {"target_loss": 2.42, "forgetting_oldvocab": 0.0},
@@ -107,7 +113,7 @@ TABLES = (
         note=(
             "The paper's forgetting is compared with forgetting_oldvocab (old-vocabulary softmax), under which "
             "ET's forgetting is 0 by construction, as the paper's is; forgetting_full (the softmax over old and "
-            "new tokens) is shown beside it without a paper number or verdict."
+            "new tokens) is shown beside it without a paper number or verdict. " + DRIFT_NOTE
         ),
     ),
     Table(
@@ -119,6 +125,7 @@ TABLES = (
         methods=("et", "fft"),
         metrics={"target_loss": "loss", "forgetting_oldvocab": "English forgetting"},
         shown=("forgetting_full",),
+        measured_also={"drift_kl_oldvocab": "forgetting_oldvocab"},
         published={
             "xling-es": {
                 "et": {"target_loss": 2.30, "forgetting_oldvocab": -0.04},
@@ -129,7 +136,7 @@ TABLES = (
         note=(
             "The paper publishes FFT for Spanish only and nothing for German (xling-de): those cells have no "
             "direction to test. Its forgetting is compared with forgetting_oldvocab; forgetting_full is shown "
-            "beside it without a paper number or verdict."
+            "beside it without a paper number or verdict. " + DRIFT_NOTE
         ),
     ),
 )
@@ -194,6 +201,11 @@ def claims(table: Table) -> list[str]:
                     relation = ">" if sign > 0 else "<"
                     numbers = f"{fmt(methods[method][metric])} vs {fmt(reference[metric])}"
                     lines.append(f"{task} {metric}: {method} {relation} {REFERENCE} ({numbers})")
+                    lines += [
+                        f"{task} {also}: {method} {relation} {REFERENCE} (the same claim, measured as {also})"
+                        for also, compared in table.measured_also.items()
+                        if compared == metric
+                    ]
     return lines
 
 
@@ -273,18 +285,19 @@ def block_row(
         "lr": "" if runs is None else fmt_lr(runs.lr.iloc[0]),
         "seeds": "" if runs is None else ",".join(str(s) for s in sorted(runs.seed.unique())),
     }
-    for metric in (*table.metrics, *table.shown):
+    for metric in (*table.metrics, *table.measured_also, *table.shown):
         mine = seed_values(runs, metric)
+        compared = metric if metric in table.metrics else table.measured_also.get(metric)
+        paper = published.get(method, {}).get(compared)
         if metric in table.metrics:
-            paper = published.get(method, {}).get(metric)
             row[f"{metric}: paper"] = "" if paper is None else fmt(paper)
         row[f"{metric}: clbench"] = fmt_ci(*mean_ci(mine)) if len(mine) else NOT_RUN
-        if metric in table.metrics:
-            sign = paper_sign(paper, published.get(REFERENCE, {}).get(metric))
-            reference_values = seed_values(reference, metric)
+        if compared is not None:
+            sign = paper_sign(paper, published.get(REFERENCE, {}).get(compared))
             if method == REFERENCE:
                 sign = None  # et against et: nothing the paper claims
-            row[f"{metric}: verdict"] = "(reference)" if is_reference else verdict_cell(mine, reference_values, sign)
+            verdict = verdict_cell(mine, seed_values(reference, metric), sign)
+            row[f"{metric}: verdict"] = "(reference)" if is_reference else verdict
     return row
 
 
@@ -321,7 +334,10 @@ def heading(table: Table) -> str:
 
 
 def intro(table: Table) -> list[str]:
-    compared = "; ".join(f"{metric} ↔ the paper's {column}" for metric, column in table.metrics.items())
+    compared = "; ".join(
+        [f"{metric} ↔ the paper's {column}" for metric, column in table.metrics.items()]
+        + [f"{also} ↔ the paper's {table.metrics[of]} (its direction)" for also, of in table.measured_also.items()]
+    )
     lines = [
         f"Paper: {table.model}, {table.scale}. clbench tasks: {', '.join(table.tasks)}.",
         f"Compared: {compared}.",
