@@ -171,6 +171,18 @@ COMMAND_LINE = {  # command → (help, [option or (option, overrides) or (positi
                       "clbench_old_text,clbench_old_skill"}),
          ("--batch-size", {"type": positive_int, "default": 32}), "--db", "--task-dir"],
     ),
+    "rescore": (
+        "rebuild finished runs from their records and add the metrics they lack (e.g. drift, to runs made before it)",
+        [("--run", {"metavar": "RUN_IDS", "help": "these runs, comma-separated (default: every finished run "
+                    "of --split that lacks --missing)"}),
+         ("--task", {"required": False, "help": "only these tasks, comma-separated"}),
+         ("--method", {"required": False, "help": "only these methods, comma-separated"}),
+         ("--split", {"default": "test", "choices": ["test", "validation"],
+                      "help": "test: the reported runs (default); validation: tuning runs"}),
+         ("--missing", {"default": "drift_kl_oldvocab", "metavar": "METRIC",
+                        "help": "rescore the runs without this metric (default: drift_kl_oldvocab)"}),
+         "--device", "--db", "--task-dir"],
+    ),
     "export": (
         "write one self-describing record per run (Parquet or JSON Lines)",
         [("--format", {"default": "parquet", "choices": ["parquet", "jsonl"], "help": "default: parquet"}),
@@ -514,6 +526,39 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_rescore(args) -> int:
+    from clbench import metrics
+    from clbench.protocol import Session, log
+    from clbench.records import open_store
+    from clbench.rescore import rescore, selected
+
+    metrics.METRICS.get(args.missing)  # an undeclared name fails here, with "did you mean"
+    split = lambda names: names.split(",") if names else None
+    store = open_store(args.db)
+    ids = selected(
+        store,
+        runs=split(args.run),
+        tasks=split(args.task),
+        method_names=split(args.method),
+        split=args.split,
+        missing=args.missing,
+    )
+    if not ids:
+        print(f"nothing to rescore: no selected finished run of {store.path} lacks {args.missing}")
+        return 0
+    session, failed = Session(device=args.device), []
+    for number, run_id in enumerate(ids, 1):
+        log(f"[{number}/{len(ids)}] rescoring run {run_id}")
+        try:
+            print(f"{run_id}  {rescore(store, run_id, session, args.task_dir)} metrics added")
+        except ClbenchError as error:  # one run that does not reproduce leaves the others to do
+            failed.append(run_id)
+            print(f"{run_id}  not rescored: {error}", file=sys.stderr)
+    if failed:
+        raise ClbenchError(f"{len(failed)} of {len(ids)} runs not rescored (above); the others were")
+    return 0
+
+
 def cmd_merge(args) -> int:
     from clbench.records import merge, open_store
     from clbench.store import check_merge
@@ -660,6 +705,7 @@ COMMANDS = {
     "lm-eval": cmd_lm_eval,
     "merge": cmd_merge,
     "export": cmd_export,
+    "rescore": cmd_rescore,
     "push": cmd_push,
 }
 

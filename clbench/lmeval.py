@@ -177,64 +177,18 @@ def flatten(results: dict) -> dict[tuple[str, str], dict]:
     return flat
 
 
-# quality metrics a rebuilt run must reproduce (timings and memory never repeat exactly)
-REPRODUCED = (
-    "target_loss",
-    "target_loss_full",
-    "target_acc",
-    "forgetting_oldvocab",
-    "forgetting_full",
-    "old_skill_acc",
-)
-
-
 def reconstruct(store, run_id: str, session, task_dirs: list[Path]) -> dict:
-    """A finished run's base, data, adapted model and tokenizer, rebuilt by re-running its config.
+    """A finished run's base, data, adapted model and tokenizer, rebuilt by re-running its config
+    (clbench/rescore.py rebuild: the same run id, the stored quality metrics reproduced, exactly on CPU)."""
+    from clbench.protocol import log
+    from clbench.rescore import rebuild
 
-    clbench stores no adapted weights, so the run is trained again through the protocol (into a
-    scratch store). It must hash to the same run_id (same task data, base weights and method
-    config) and reproduce the stored quality metrics (exactly on CPU).
-    """
-    from clbench.method import methods
-    from clbench.protocol import execute, log, plan
-    from clbench.spec import RunSpec
-    from clbench.store import Store
-    from clbench.taskspec import load_tasks
-
-    found = store.query("SELECT status, config FROM runs WHERE run_id = ?", [run_id])
-    if found.empty:
-        raise ClbenchError(f"no run {run_id!r} in {store.path}")
-    if found.status[0] != "finished":
-        raise ClbenchError(f"run {run_id} is {found.status[0]}, not finished: no adapted model to evaluate")
-    config = json.loads(found.config[0])
-    spec = RunSpec.from_config(config)  # every param, budget key and option as recorded
-    planned = plan(spec, load_tasks(task_dirs).get(spec.task), methods().get(spec.method), session=session)
-    if planned.run_id != run_id:  # before any training
-        raise ClbenchError(
-            f"run {run_id} no longer reproduces: its task file, base model or method changed (rebuilt config hashes to {planned.run_id})"
-        )
-    captured = {}
-    with tempfile.TemporaryDirectory(prefix="clbench-rebuild-") as scratch:
-        outcome = execute(
-            planned,
-            store=Store(Path(scratch) / "scratch.duckdb"),
-            session=session,
-            on_adapted=lambda base, data, model, tokenizer: captured.update(
-                base=base, data=data, model=model, tokenizer=tokenizer
-            ),
-        )
-    if outcome.status != "finished":
-        raise ClbenchError(f"run {run_id}: the rebuild {outcome.status}: {outcome.reason}")
-    stored = store.query("SELECT metric, value FROM metrics WHERE run_id = ?", [run_id]).set_index("metric").value
-    drift = max(
-        (abs(outcome.metrics[m] - stored[m]) for m in REPRODUCED if m in stored and m in outcome.metrics), default=0.0
-    )
-    log(f"  rebuilt run {run_id}: largest difference from its stored quality metrics {drift:.3g}")
-    if drift > 1e-6:
+    rebuilt = rebuild(store, run_id, session, task_dirs)
+    if rebuilt.largest_difference > 1e-6:
         log(
             f"  warning: run {run_id} did not rebuild exactly (non-deterministic kernels?); lm-eval scores the rebuilt model"
         )
-    return captured
+    return rebuilt.captured
 
 
 def check_run(

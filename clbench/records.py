@@ -7,7 +7,8 @@ Layout of the store's directory:
 
     records/<run_id>/               a finished run: runs.parquet (its row: config, spec, versions, ...),
                                     metrics.parquet and, where it has them, stage_matrix, curves, samples,
-                                    generations .parquet, in the columns of clbench/store.py's SCHEMA
+                                    generations .parquet, in the columns of clbench/store.py's SCHEMA; metrics
+                                    declared later, added by `clbench rescore`: metrics.added-<tag>.parquet
     failed/<run_id>.<attempt>/      a run that failed (diverged): its runs.parquet (the protocol records no
                                     metrics for it; other files there are not read)
     claims/<run_id>.<attempt>.json  one per attempt: who runs it, its heartbeat, how it ended
@@ -35,6 +36,7 @@ ad-hoc SQL) runs unchanged. `snapshot()` writes them into one DuckDB file.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -168,9 +170,9 @@ class RecordStore:
                     + "CAST(regexp_extract(filename, '\\.(\\d+)[/\\\\]runs\\.parquet$', 1) AS INTEGER) DESC) = 1"
                 )
             sources["runs"] = " UNION ALL BY NAME ".join(parts)
-        for table in RECORD_TABLES[1:]:
-            if found(f"records/*/{table}.parquet"):
-                sources[table] = f"SELECT * FROM {parquet(f'records/*/{table}.parquet')}"
+        for table in RECORD_TABLES[1:]:  # metrics, stage_matrix: also what rescore added (<table>.added-*.parquet)
+            if found(f"records/*/{table}*.parquet"):
+                sources[table] = f"SELECT * FROM {parquet(f'records/*/{table}*.parquet')}"
         if found("lm_eval/*/*.parquet"):
             sources["lm_eval"] = f"SELECT * FROM {parquet('lm_eval/*/*.parquet')}"
         if found("tuned/*.json"):
@@ -326,6 +328,40 @@ class RecordStore:
                 if table == "runs" or rows_in(db, table):
                     db.execute(f"COPY {table} TO '{staged / table}.parquet' (FORMAT parquet)")
         return staged
+
+    def add_metrics(self, run_id: str, metrics: dict[str, float], stage_matrix: list[tuple] = ()) -> int:
+        """Add to a finished run's record the metrics and stage-matrix rows whose names it lacks, as files of
+        their own beside its others (metrics.added-<names>.parquet: created by link(2), so two processes adding
+        the same names add them once); a stored file is never changed (clbench/rescore.py) → how many metrics."""
+        folder = self.path / "records" / run_id
+        if not (folder / "runs.parquet").exists():
+            raise ClbenchError(f"run {run_id} is not a finished run of {self.path}: no metrics added")
+        with self.connect() as db:
+            new, rows = single_file.missing(db, run_id, metrics, stage_matrix)
+        if not new and not rows:
+            return 0
+        tag = hashlib.sha256(json.dumps([sorted(new), sorted({r[2] for r in rows})]).encode()).hexdigest()[:16]
+        with self._scratch_lock:
+            db = self._scratch()
+            for table in ("metrics", "stage_matrix"):
+                db.execute(f"DELETE FROM {table}")
+            db.executemany("INSERT INTO metrics VALUES (?, ?, ?)", [(run_id, k, v) for k, v in new.items()])
+            if rows:
+                db.executemany("INSERT INTO stage_matrix VALUES (?, ?, ?, ?, ?)", [(run_id, *r) for r in rows])
+            staged = []
+            for table in ("metrics", "stage_matrix") if rows else ("metrics",):
+                partial = self.path / "tmp" / f"{table}.{uuid.uuid4().hex}.parquet"
+                db.execute(f"COPY {table} TO '{partial}' (FORMAT parquet)")
+                staged.append((partial, folder / f"{table}.added-{tag}.parquet"))
+        added = True
+        for partial, target in staged:
+            try:
+                os.link(partial, target)
+            except FileExistsError:  # another process added these very names first
+                added = False
+            finally:
+                partial.unlink()
+        return len(new) if added else 0
 
     def record_lm_eval(self, run_id: str, rows: list[dict]) -> None:
         """Replace a run's lm-eval rows for the tasks in `rows`, each task's file renamed into place."""

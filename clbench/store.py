@@ -346,6 +346,21 @@ class Store:
             fault_point("record")  # crash tests: SIGKILL here, mid-transaction
             db.execute("COMMIT")
 
+    def add_metrics(self, run_id: str, metrics: dict[str, float], stage_matrix: list[tuple] = ()) -> int:
+        """Add to a finished run the metrics and stage-matrix rows (after, eval, metric, value) whose names it
+        lacks, in one transaction; a stored value is never replaced (clbench/rescore.py) → how many metrics."""
+        with self._connect() as db:
+            db.execute("BEGIN TRANSACTION")
+            status = db.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()
+            if status is None or status[0] != "finished":
+                raise ClbenchError(f"run {run_id} is not a finished run of {self.path}: no metrics added")
+            new, rows = missing(db, run_id, metrics, stage_matrix)
+            db.executemany("INSERT INTO metrics VALUES (?, ?, ?)", [(run_id, k, v) for k, v in new.items()])
+            if rows:
+                db.executemany("INSERT INTO stage_matrix VALUES (?, ?, ?, ?, ?)", [(run_id, *r) for r in rows])
+            db.execute("COMMIT")
+        return len(new)
+
     def record_lm_eval(self, run_id: str, rows: list[dict]) -> None:
         """Replace a run's lm-eval rows for the tasks in `rows`, atomically."""
         columns = ["task", "metric", "base", "adapted", "delta", "lm_eval_version", "task_version", "task_hash"]
@@ -509,6 +524,16 @@ def insert_run(db, run: dict, metrics: dict[str, float], stage_matrix: list[tupl
     for table, rows in zip(PER_RUN, per_run):
         if rows:
             insert_frame(db, table, run["run_id"], rows)
+
+
+def missing(db, run_id: str, metrics: dict[str, float], stage_matrix: list[tuple]) -> tuple[dict, list[tuple]]:
+    """Of a run's metrics and stage-matrix rows, those whose metric names db holds for it nowhere yet."""
+    held = {m for (m,) in db.execute("SELECT metric FROM metrics WHERE run_id = ?", [run_id]).fetchall()}
+    in_matrix = {
+        m for (m,) in db.execute("SELECT DISTINCT metric FROM stage_matrix WHERE run_id = ?", [run_id]).fetchall()
+    }
+    new = {k: float(v) for k, v in sorted(metrics.items()) if k not in held}
+    return new, [tuple(r) for r in stage_matrix if r[2] not in in_matrix]
 
 
 def merged_choice(here: list[dict] | None, row: dict, combine) -> dict | None:
