@@ -33,7 +33,8 @@ from clbench.evaluate import score
 from clbench.train import train
 from clbench.weights import fingerprint
 
-SHIPPED = Path(__file__).parent / "assets" / "arith-llama"
+ASSETS = Path(__file__).parent / "assets"
+SHIPPED = ASSETS / "arith-llama"
 # weights.fingerprint of the shipped weights; written only here (the README quotes it, a test checks both)
 SHIPPED_FINGERPRINT = "5aac12d85dbb988c"
 
@@ -52,6 +53,20 @@ class Recipe:
 
     def key(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+
+
+# The model-size axis: the same recipe (data, tokenizer, depth, steps, lr) at half, one and two times the width;
+# each build shipped like builtin:arith-llama, its fingerprint checked at every load (assets/<name>/PROVENANCE.md)
+FAMILY = {
+    "arith-llama-w64": Recipe(hidden=64, mlp=256, heads=2),
+    "arith-llama": Recipe(),
+    "arith-llama-w256": Recipe(hidden=256, mlp=1024, heads=8),
+}
+FAMILY_FINGERPRINTS = {
+    "arith-llama-w64": "",
+    "arith-llama": SHIPPED_FINGERPRINT,
+    "arith-llama-w256": "",
+}
 
 
 def corpus(recipe: Recipe) -> list[Example]:
@@ -122,13 +137,13 @@ def load_or_build(recipe: Recipe = Recipe(), force: bool = False, log=None):
     return model, tokenizer
 
 
-def load_shipped():
-    """The base builtin:arith-llama names: the recipe's build shipped with clbench, never rebuilt."""
-    model, tokenizer = AutoModelForCausalLM.from_pretrained(SHIPPED), AutoTokenizer.from_pretrained(SHIPPED)
-    if (found := fingerprint(model)) != SHIPPED_FINGERPRINT:
+def load_shipped(name: str = "arith-llama"):
+    """The base builtin:<name> names (a member of FAMILY): its recipe's build shipped with clbench, never rebuilt."""
+    folder, expected = ASSETS / name, FAMILY_FINGERPRINTS[name]
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+    if (found := fingerprint(model)) != expected:
         raise ClbenchError(
-            f"the arithmetic base in {SHIPPED} has fingerprint {found}, not the shipped {SHIPPED_FINGERPRINT}; "
-            "reinstall clbench"
+            f"the arithmetic base in {folder} has fingerprint {found}, not the shipped {expected}; reinstall clbench"
         )
     return model, tokenizer
 

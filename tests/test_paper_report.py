@@ -82,6 +82,7 @@ def paper_db(path) -> Store:
             record(store, f"a-{method}{seed}", "arithmetic", method, "builtin:arith-llama", seed, values)
     words = {  # target_loss, forgetting_oldvocab, forgetting_full, drift_kl_oldvocab per seed
         "et": [(3.0, 0.0, 0.2, 0.0), (3.1, 0.0, 0.3, 0.0), (3.2, 0.0, 0.4, 0.0)],
+        "distill": [(2.8, 0.0, 0.1, 0.0), (2.9, 0.0, 0.2, 0.0)],  # after the paper: no paper number, no verdict
         "fft": [(2.0, 0.5, 0.5, 0.02), (2.1, 0.6, 0.6, 0.03), (2.2, 0.7, 0.7, 0.04)],
         "lora": [(3.0, 0.1, 0.1, -0.02), (3.5, 0.1, 0.2, -0.03), (2.6, 0.2, 0.2, -0.04)],  # made up: below et's
         "pt": [(4.0, 0.3, 5.0, 0.5)],
@@ -132,31 +133,35 @@ def test_pseudoword_rows_keep_profiles_apart_and_leave_tuning_runs_out(values):
     table = rows(TABLES[1], values)
     assert cells(table, ["model", "profile", "scale", "n_train", "method", "seeds"]) == [
         ("builtin:smollm2-135m", "cpu", "CPU scale", "256", m, s)
-        for m, s in (("et", "0,1,2"), ("fft", "0,1,2"), ("lora", "0,1,2"), ("pt", "0"))
+        for m, s in (("et", "0,1,2"), ("distill", "0,1"), ("fft", "0,1,2"), ("lora", "0,1,2"), ("pt", "0"))
     ] + [
         ("meta-llama/Llama-3.1-8B", "paper", "paper scale (GPU)", "1000", m, "0" if m == "et" else "")
-        for m in ("et", "fft", "lora", "pt")
+        for m in ("et", "distill", "fft", "lora", "pt")
     ]
     assert cells(table, ["target_loss: paper", "target_loss: clbench", "target_loss: verdict"]) == [
         ("2.42", "3.10 ± 0.25", "(reference)"),
+        ("", "2.85 ± 0.64", NO_CLAIM),
         ("4.4", "2.10 ± 0.25", "reversed (p = 0.00026)"),  # not 99: the validation-split run never counts
         ("7.63", "3.0 ± 1.1", "not significant (p = 0.82)"),
         ("3.79", "4", ONE_SEED),
         ("2.42", "2.5", "(reference)"),
+        ("", NOT_RUN, NO_CLAIM),
         ("4.4", NOT_RUN, NOT_RUN),
         ("7.63", NOT_RUN, NOT_RUN),
         ("3.79", NOT_RUN, NOT_RUN),
     ]
-    assert table["forgetting_oldvocab: verdict"].tolist()[:4] == [
+    assert table["forgetting_oldvocab: verdict"].tolist()[:5] == [
         "(reference)",
+        NO_CLAIM,
         "direction holds (p = 0.0091)",
         "not significant (p = 0.057)",
         ONE_SEED,
     ]
-    assert table["forgetting_full: clbench"].tolist()[:2] == ["0.30 ± 0.25", "0.60 ± 0.25"]  # shown, no verdict
+    assert table["forgetting_full: clbench"].tolist()[:3] == ["0.30 ± 0.25", "0.15 ± 0.64", "0.60 ± 0.25"]
     # the same claim measured as drift: the paper's direction (fft, lora, pt forget more than et), no paper number
-    assert cells(table, ["drift_kl_oldvocab: clbench", "drift_kl_oldvocab: verdict"])[:4] == [
+    assert cells(table, ["drift_kl_oldvocab: clbench", "drift_kl_oldvocab: verdict"])[:5] == [
         ("0 ± 0", "(reference)"),
+        ("0 ± 0", NO_CLAIM),
         ("0.030 ± 0.025", "direction holds (p = 0.035)"),  # t = 0.03 / (0.01 / √3) on 2 df
         ("-0.030 ± 0.025", "reversed (p = 0.035)"),
         ("0.5", ONE_SEED),
@@ -171,10 +176,13 @@ def test_cross_lingual_rows_mark_tasks_not_run_and_cells_without_a_paper_claim(v
         table, ["task", "model", "method", "target_loss: paper", "target_loss: clbench", "target_loss: verdict"]
     ) == [
         ("xling-es", "—", "et", "2.3", NOT_RUN, "(reference)"),
+        ("xling-es", "—", "distill", "", NOT_RUN, NO_CLAIM),
         ("xling-es", "—", "fft", "5.56", NOT_RUN, NOT_RUN),
         ("xling-ar", "—", "et", "2.82", NOT_RUN, "(reference)"),
+        ("xling-ar", "—", "distill", "", NOT_RUN, NO_CLAIM),
         ("xling-ar", "—", "fft", "", NOT_RUN, NO_CLAIM),  # the paper has no FFT for Arabic
         ("xling-de", EVIL, "et", "", "2", "(reference)"),
+        ("xling-de", EVIL, "distill", "", NOT_RUN, NO_CLAIM),
         ("xling-de", EVIL, "fft", "", "2.5", NO_CLAIM),
     ]
 
