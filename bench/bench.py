@@ -5,6 +5,7 @@
     python bench/bench.py --only optimizer    # fused vs default AdamW, an FFT step on SmolLM2-135M's shape
     python bench/bench.py --only ewc-fisher   # ewc's Fisher on SmolLM2-135M: peak RSS vs the weights
     python bench/bench.py --only et-eval      # an ET run's old-text evaluation: forward pass vs the base's kept states
+    python bench/bench.py --only drift        # what transition drift adds to the old-text evaluation
     python bench/bench.py --only store        # recording a run and `clbench results` over 1,000: records vs one file
     python bench/bench.py --only et-vs-fft    # a step's time and peak memory: et, fft and distill (its teacher's pass)
 
@@ -535,6 +536,43 @@ def section_et_eval(args) -> dict:
     }
 
 
+def section_drift(args) -> dict:
+    """What measuring transition drift adds to a run's old-text evaluation (pseudowords `--profile cpu` data,
+    SmolLM2-135M): score() without and with the base's reference (its head over its kept hidden states, and the
+    KLs), for a frozen backbone (head only) and for a trained one (the forward pass too). Repeats interleaved."""
+    from clbench.evaluate import Reference, head_of, positions, score
+    from clbench.protocol import Session, old_sets
+
+    session = Session(device="cpu")
+    task = __import__("clbench.taskspec", fromlist=["load_tasks"]).load_tasks().get("pseudowords")
+    model_ref, budget, params = task.resolved("cpu")
+    base = session.base(model_ref)
+    old, _ = old_sets(base, session.data(task, params, base))
+    model, tokenizer = copy.deepcopy(base.model), copy.deepcopy(base.tokenizer)
+    expand(model, tokenizer, session.data(task, params, base).new_tokens, init="random", seed=0)
+    bs, pad, vocab = budget.eval_batch_size, base.tokenizer.pad_token_id, len(base.tokenizer)
+    kept = list(positions(base.model, old, pad_id=pad, batch_size=bs))
+    reference = Reference(kept, head_of(base.model, vocab))
+    cases = {
+        (backbone, drift): {"at": kept if backbone == "frozen" else None, "reference": reference if drift else None}
+        for backbone in ("frozen", "trained")
+        for drift in (False, True)
+    }
+    timed = {case: [] for case in cases}
+    for repeat in range(min(args.repeats, 3)):
+        for case in cases if repeat % 2 == 0 else reversed(cases):
+            start = time.perf_counter()
+            score(model, old, old_vocab=vocab, pad_id=pad, batch_size=bs, **cases[case])
+            timed[case].append(time.perf_counter() - start)
+    median = {case: statistics.median(seconds) for case, seconds in timed.items()}
+    return {
+        "data": f"pseudowords --profile cpu old text: {len(old)} passages, eval batch {bs}",
+        **{f"{b}_backbone_{'with' if d else 'without'}_drift_seconds": median[b, d] for b, d in median},
+        "ratio_frozen_with_over_without": median["frozen", True] / median["frozen", False],
+        "ratio_trained_with_over_without": median["trained", True] / median["trained", False],
+    }
+
+
 def store_record(step: int, *, curves: int = 200) -> tuple[dict, dict, list[tuple]]:
     """One run's record as the protocol writes it: ~60 metrics and a 200-step training curve."""
     from datetime import datetime
@@ -596,6 +634,7 @@ SECTIONS = {
     "ewc-fisher": section_ewc_fisher,
     "ewc-run": section_ewc_run,
     "et-eval": section_et_eval,
+    "drift": section_drift,
     "store": section_store,
 }
 
