@@ -241,3 +241,53 @@ def test_leaderboard_page_carries_the_paper_section_after_the_tasks_and_before_t
     assert page.count("<script") == 1 and EVIL not in page
     assert "<td>reversed (p = 0.00026)</td>" in section and "<td>&lt;script&gt;alert(1)&lt;/script&gt;</td>" in section
     assert section.count("<h3>Table ") == 3 and "<code>--profile paper</code>" in section
+
+
+# ---------------------------------------------------------------- the size axis
+
+
+def size_db(path) -> Store:
+    """et's gap_closed over n_train per seed on the three widths (N* = 50, 50, 50 | 10, 50, 50 | 50, 50, never),
+    fft's addition lost per seed on the narrowest and widest only; a second fft lr on the widest, one seed."""
+    store = Store(path)
+    curves = {  # model → per seed: gap_closed at n_train 10, 50, 200
+        "builtin:arith-llama-w64": [(0.1, 0.6, 0.9), (0.2, 0.5, 0.9), (0.3, 0.7, 0.8)],
+        "builtin:arith-llama": [(0.5, 0.6, 0.9), (0.2, 0.55, 0.9), (0.1, 0.6, 0.95)],
+        "builtin:arith-llama-w256": [(0.1, 0.6, 0.9), (0.2, 0.5, 0.9), (0.1, 0.2, 0.4)],
+    }
+    for model, seeds in curves.items():
+        for seed, gaps in enumerate(seeds):
+            for n, gap in zip((10, 50, 200), gaps):
+                record(store, f"s-{model}-{seed}-{n}", "arithmetic", "et", model, seed, {"gap_closed": gap}, n_train=n)
+    lost = {"builtin:arith-llama-w64": (-0.20, -0.25, -0.22), "builtin:arith-llama-w256": (-0.50, -0.45, -0.55)}
+    for model, deltas in lost.items():
+        for seed, delta in enumerate(deltas):
+            values = {"old_skill_acc_delta": delta}
+            record(store, f"f-{model}-{seed}", "arithmetic", "fft", model, seed, values, lr=1e-4)
+    record(store, "f-other-lr", "arithmetic", "fft", "builtin:arith-llama-w256", 0, {"old_skill_acc_delta": 0.0})
+    return store
+
+
+def test_size_rows_and_verdicts_compare_the_widest_base_with_the_narrowest(tmp_path):
+    from clbench.report import sizes
+
+    values = load(size_db(tmp_path / "s.duckdb"))[0]
+    table = sizes.size_rows(values)
+    assert table.to_dict("records") == [
+        {"model": "builtin:arith-llama-w64", "et N*: seeds": 3, "et N*": "50 ± 0", "fft addition lost: seeds": 3,
+         "fft addition lost": "-0.223 ± 0.063"},
+        {"model": "builtin:arith-llama", "et N*: seeds": 3, "et N*": "37 ± 57", "fft addition lost: seeds": 0,
+         "fft addition lost": "not run"},
+        {"model": "builtin:arith-llama-w256", "et N*: seeds": 3, "et N*": "50 ± 0 (1 not reached)",
+         "fft addition lost: seeds": 3, "fft addition lost": "-0.50 ± 0.12"},
+    ]  # fmt: skip
+    assert sizes.verdicts(values, direction_verdict) == [
+        "sample complexity independent of width: untested (N* not reached within the sweep on some seed)",
+        "larger models forget more under fine-tuning: fft's addition lost, builtin:arith-llama-w256 vs "
+        "builtin:arith-llama-w64: direction holds (p = 0.0036)",
+    ]
+    reached = values[~((values.model == "builtin:arith-llama-w256") & (values.seed == 2))]
+    assert sizes.verdicts(reached, direction_verdict)[0] == (
+        "sample complexity independent of width: et's N* builtin:arith-llama-w256 vs builtin:arith-llama-w64: "
+        "no significant difference (p = 1)"
+    )

@@ -21,6 +21,7 @@ import pandas as pd
 
 from clbench.errors import ClbenchError
 from clbench.records import open_store
+from clbench.report import sizes
 from clbench.report.format import esc, fmt, fmt_ci, fmt_lr, md
 from clbench.report.load import load
 from clbench.stats import LEVEL, finite, mean_ci, welch_p
@@ -68,6 +69,15 @@ DRIFT_NOTE = (
     "position, old-vocabulary softmax) measures the claim itself, whether each old transition p(· | x<t) was "
     "kept: it is 0 exactly when it was, and no domain shift lowers it. The paper's forgetting direction is "
     "judged on both."
+)
+SIZES_HEADING = "Model size: the paper's scaling claims"
+SIZES_INTRO = (
+    "The paper reports that ET's sample complexity does not depend on the model's dimension and motivates ET by "
+    "full fine-tuning forgetting more on larger models. clbench tests both on a family of arithmetic bases, one "
+    "recipe at three widths (clbench/arith_llama.py FAMILY): et's N* (the smallest n_train whose gap_closed "
+    "reaches 0.5, per seed) and fft's addition lost (old_skill_acc_delta at its tuned lr), the widest base against "
+    "the narrowest. A claim of no dependence is supported only as far as a difference is not found: the "
+    "confidence intervals say how large one could be."
 )
 AFTER_THE_PAPER = (
     "distill (Token Distillation, Dobler et al. 2025: new input rows trained so that the frozen model's hidden "
@@ -369,6 +379,9 @@ def markdown(values: pd.DataFrame, db: str | Path) -> str:
         parts += [md_table(rows(table, values)), ""]
         if table.base:
             parts += ["Base model (no verdict):", "", md_table(base_rows(table, values)), ""]
+    parts += [f"## {SIZES_HEADING}", "", prose(SIZES_INTRO), ""]
+    parts += [f"- {prose(line)}" for line in sizes.verdicts(values, direction_verdict)] + [""]
+    parts += [md_table(sizes.size_rows(values)), ""]
     return "\n".join(parts)
 
 
@@ -393,6 +406,11 @@ def html_section(values: pd.DataFrame) -> str:
             parts.append(
                 f'<p class="note">Base model (no verdict):</p><div class="scroll">{html_table(base_rows(table, values))}</div>'
             )
+    parts.append(f'<h3>{esc(SIZES_HEADING)}</h3><p class="note">{html_prose(SIZES_INTRO)}</p>')
+    parts.append(
+        "<ul>" + "".join(f"<li>{esc(line)}</li>" for line in sizes.verdicts(values, direction_verdict)) + "</ul>"
+    )
+    parts.append(f'<div class="scroll">{html_table(sizes.size_rows(values))}</div>')
     return "".join(parts) + "</section>"
 
 

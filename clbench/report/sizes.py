@@ -1,0 +1,102 @@
+"""The paper's two claims about model size, on the family of arithmetic bases (clbench/arith_llama.py FAMILY):
+the same recipe, data and tokenizer at three widths.
+
+- "the sample complexity does not depend on the model's dimension": N*, the smallest n_train whose gap_closed
+  reaches TARGET_GAP, of et, per seed (each seed's own curve over n_train), per width;
+- "larger models forget more under fine-tuning": fft's addition lost (old_skill_acc_delta) per width.
+
+Each claim's verdict compares the widest base with the narrowest over seeds (Welch's t, clbench/stats.py): the
+forgetting claim on the paper's sign; the independence claim, which predicts no difference, says whether one
+was found. The runs come from `clbench sweep` and `clbench run` on each base (docs/evidence.md has the commands).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from clbench.report.format import fmt_ci
+from clbench.stats import LEVEL, finite, mean_ci, welch_p
+
+TASK = "arithmetic"
+GAP = "gap_closed"
+ADDITION_LOST = "old_skill_acc_delta"
+INDEPENDENT, DEPENDS = "no significant difference", "differs"
+
+
+def family() -> tuple[str, ...]:
+    """The bases of the size axis, narrowest first, as runs name them."""
+    from clbench.arith_llama import FAMILY  # torch and transformers: loaded only where a report asks for sizes
+
+    return tuple(f"builtin:{name}" for name in sorted(FAMILY, key=lambda name: FAMILY[name].hidden))
+
+
+def n_stars(values: pd.DataFrame, model: str) -> list[float]:
+    """et's N* on `model`, one per seed whose curve has at least two n_train; inf where it is never reached."""
+    from clbench.sweep import TARGET_GAP, n_star  # the sweep's own definition of N*
+
+    part = values[(values.task == TASK) & (values.method == "et") & (values.model == model) & (values.metric == GAP)]
+    stars = []
+    for _, seed in part.groupby("seed"):
+        points = dict(zip(seed.n_train.astype(int), seed.value))
+        if len(points) >= 2:
+            found = n_star(points, TARGET_GAP)
+            stars.append(float("inf") if found is None else float(found))
+    return stars
+
+
+def addition_lost(values: pd.DataFrame, model: str) -> np.ndarray:
+    """fft's old_skill_acc_delta on `model` per seed: its run group at the largest n_train, the one of most seeds."""
+    part = values[(values.task == TASK) & (values.method == "fft") & (values.model == model)]
+    part = part[part.n_train == part.n_train.max()]
+    if part.empty:
+        return np.array([])
+    groups = part.groupby("settings")
+    chosen = max(groups.groups, key=lambda name: (groups.get_group(name).seed.nunique(), str(name)))
+    group = groups.get_group(chosen)
+    return finite(group[group.metric == ADDITION_LOST].value)
+
+
+def size_rows(values: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for model in family():
+        stars, lost = n_stars(values, model), addition_lost(values, model)
+        reached = [s for s in stars if np.isfinite(s)]
+        unreached = f" ({len(stars) - len(reached)} not reached)" if len(reached) < len(stars) else ""
+        rows.append(
+            {
+                "model": model,
+                "et N*: seeds": len(stars),
+                "et N*": fmt_ci(*mean_ci(reached)) + unreached if stars else "not run",
+                "fft addition lost: seeds": len(lost),
+                "fft addition lost": fmt_ci(*mean_ci(lost)) if len(lost) else "not run",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def verdicts(values: pd.DataFrame, direction_verdict) -> list[str]:
+    """One line per claim: the widest base against the narrowest; direction_verdict: the paper tables' own
+    (clbench/report/paper.py), for the claim that has a direction."""
+    narrow, wide = family()[0], family()[-1]
+    lines = []
+    x, y = n_stars(values, wide), n_stars(values, narrow)
+    if not x or not y:
+        lines.append("sample complexity independent of width: not run")
+    elif not all(np.isfinite(x + y)):
+        lines.append("sample complexity independent of width: untested (N* not reached within the sweep on some seed)")
+    else:
+        p = welch_p(x, y)
+        found = "one seed, untested" if p is None else f"{INDEPENDENT if p >= 1 - LEVEL else DEPENDS} (p = {p:.2g})"
+        lines.append(f"sample complexity independent of width: et's N* {wide} vs {narrow}: {found}")
+    x, y = addition_lost(values, wide), addition_lost(values, narrow)
+    if len(x) == 0 or len(y) == 0:
+        lines.append("larger models forget more under fine-tuning: not run")
+    else:
+        p = welch_p(x, y)
+        verdict = direction_verdict(x, y, -1)  # more addition lost (a lower delta) on the wider base
+        lines.append(
+            f"larger models forget more under fine-tuning: fft's addition lost, {wide} vs {narrow}: {verdict}"
+            + ("" if p is None else f" (p = {p:.2g})")
+        )
+    return lines
