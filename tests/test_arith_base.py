@@ -47,7 +47,7 @@ def test_damaged_shipped_weights_are_one_error_line(tmp_path, monkeypatch):
         model.lm_head.weight[0, 0] += 1.0
     model.save_pretrained(damaged)
     tokenizer.save_pretrained(damaged)
-    monkeypatch.setattr(arith_llama, "SHIPPED", damaged)
+    monkeypatch.setattr(arith_llama, "ASSETS", tmp_path)
     with pytest.raises(ClbenchError, match=f"not the shipped {arith_llama.SHIPPED_FINGERPRINT}; reinstall clbench"):
         arith_llama.load_shipped()
 

@@ -56,6 +56,10 @@ def test_cell_text_rounds_the_mean_to_the_intervals_second_digit_and_marks_the_v
     assert fmt_ci(1234.5, 56.0) == "1234 ± 56"  # round half to even
     assert fmt_ci(-0.0004, 0.05) == "0.000 ± 0.050"  # no "-0.000"
     assert fmt_ci(0.0, 0.0) == "0 ± 0" and fmt_ci(0.7, None) == "0.7" and fmt_ci(0.7, float("nan")) == "0.7"
+    # three equal seeds whose mean is not exact in binary: an interval of float rounding is none
+    same = [0.9733333333333334] * 3
+    assert fmt_ci(*mean_ci(same)) == "0.9733 ± 0" and fmt_ci(14.752941166345815, 5.4e-15) == "14.75 ± 0"
+    assert fmt_ci(0.5, 1e-9) == "0.5000000000 ± 0.0000000010"  # a real, if tiny, spread stays
     row = {"mean": 5.23, "ci95": 0.1138, "eval_se": 0.012, "verdict": "n.s."}
     assert cell_text(row) == "5.23 ± 0.11 [0.012] ≈"
     assert cell_text(row | {"verdict": "best"}) == "5.23 ± 0.11 [0.012]"  # bold is the table's
