@@ -61,12 +61,10 @@ FAMILY = {
     # at 2,000 steps the half width reached 98.4 % addition (fingerprint 3905e0558183183c): it gets twice the steps
     "arith-llama-w64": Recipe(hidden=64, mlp=256, heads=2, steps=4000),
     "arith-llama": Recipe(),
-    "arith-llama-w256": Recipe(hidden=256, mlp=1024, heads=8),
 }
 FAMILY_FINGERPRINTS = {
-    "arith-llama-w64": "",
+    "arith-llama-w64": "cb5a046ab9c95aac",
     "arith-llama": SHIPPED_FINGERPRINT,
-    "arith-llama-w256": "",
 }
 
 

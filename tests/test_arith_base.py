@@ -13,6 +13,11 @@ from clbench.errors import ClbenchError
 
 # the shipped base on the arithmetic task's sets (measured; `clbench build-base` prints them)
 SHIPPED_ACC = {"add_acc": 498 / 500, "mul_acc_seen": 1.0, "mul_acc_unseen": 46 / 88}
+# the model-size axis (arith_llama.FAMILY): each member as shipped, its parameters and accuracies
+FAMILY = {
+    "arith-llama-w64": (133_568, {"add_acc": 1.0, "mul_acc_seen": 1.0, "mul_acc_unseen": 53 / 88}),
+    "arith-llama": (529_280, SHIPPED_ACC),
+}
 
 
 @pytest.fixture
@@ -96,3 +101,18 @@ def test_builtin_arith_local_is_this_machine_s_build(monkeypatch, tiny):
     monkeypatch.setattr(arith_llama, "load_or_build", lambda log: (model, tokenizer))
     base = models.load_base("builtin:arith-local", log=lambda msg: None)
     assert base.fingerprint == models.fingerprint(model) != arith_llama.SHIPPED_FINGERPRINT
+
+
+@pytest.mark.parametrize("name", list(FAMILY))
+def test_every_base_of_the_size_axis_ships_with_its_recipe_and_scores_at_least_99_percent_addition(name, no_build):
+    assert list(FAMILY) == [n for n in arith_llama.FAMILY if n in FAMILY] and set(FAMILY) == set(arith_llama.FAMILY)
+    base = models.load_base(f"builtin:{name}", log=lambda msg: None)
+    assert base.fingerprint == arith_llama.FAMILY_FINGERPRINTS[name]
+    recipe = json.loads((arith_llama.ASSETS / name / "recipe.json").read_text())
+    assert recipe == asdict(arith_llama.FAMILY[name])
+    params, accuracy = FAMILY[name]
+    assert sum(p.numel() for p in base.model.parameters()) == params
+    assert base.model.config.hidden_size == recipe["hidden"]
+    assert base.tokenizer.get_vocab() == arith_llama.char_tokenizer().get_vocab()  # one tokenizer for the axis
+    assert arith_llama.accuracies(base.model, base.tokenizer) == accuracy and accuracy["add_acc"] >= 0.99
+    assert not no_build.exists()
