@@ -17,6 +17,7 @@ SHIPPED_ACC = {"add_acc": 498 / 500, "mul_acc_seen": 1.0, "mul_acc_unseen": 46 /
 FAMILY = {
     "arith-llama-w64": (133_568, {"add_acc": 1.0, "mul_acc_seen": 1.0, "mul_acc_unseen": 53 / 88}),
     "arith-llama": (529_280, SHIPPED_ACC),
+    "arith-llama-w256": (2_107_136, {"add_acc": 1.0, "mul_acc_seen": 1.0, "mul_acc_unseen": 58 / 88}),
 }
 
 
