@@ -32,7 +32,8 @@ def family() -> tuple[str, ...]:
 
 
 def n_stars(values: pd.DataFrame, model: str) -> list[float]:
-    """et's N* on `model`, one per seed whose curve has at least two n_train; inf where it is never reached."""
+    """et's N* on `model`, one per seed whose curve has at least two n_train: inf where it is never reached, NaN
+    where it is already reached at the curve's smallest n_train (censored: N* is at most that, not measured)."""
     from clbench.sweep import TARGET_GAP, n_star  # the sweep's own definition of N*
 
     part = values[(values.task == TASK) & (values.method == "et") & (values.model == model) & (values.metric == GAP)]
@@ -41,7 +42,7 @@ def n_stars(values: pd.DataFrame, model: str) -> list[float]:
         points = dict(zip(seed.n_train.astype(int), seed.value))
         if len(points) >= 2:
             found = n_star(points, TARGET_GAP)
-            stars.append(float("inf") if found is None else float(found))
+            stars.append(float("inf") if found is None else float("nan") if found == min(points) else float(found))
     return stars
 
 
@@ -62,12 +63,13 @@ def size_rows(values: pd.DataFrame) -> pd.DataFrame:
     for model in family():
         stars, lost = n_stars(values, model), addition_lost(values, model)
         reached = [s for s in stars if np.isfinite(s)]
-        unreached = f" ({len(stars) - len(reached)} not reached)" if len(reached) < len(stars) else ""
+        outside = ((sum(np.isinf(stars)), "not reached"), (sum(np.isnan(stars)), "reached at the smallest n_train"))
+        notes = "".join(f" ({count} {what})" for count, what in outside if count)
         rows.append(
             {
                 "model": model,
                 "et N*: seeds": len(stars),
-                "et N*": fmt_ci(*mean_ci(reached)) + unreached if stars else "not run",
+                "et N*": (fmt_ci(*mean_ci(reached)) if reached else "—") + notes if stars else "not run",
                 "fft addition lost: seeds": len(lost),
                 "fft addition lost": fmt_ci(*mean_ci(lost)) if len(lost) else "not run",
             }
@@ -84,7 +86,9 @@ def verdicts(values: pd.DataFrame, direction_verdict) -> list[str]:
     if not x or not y:
         lines.append("sample complexity independent of width: not run")
     elif not all(np.isfinite(x + y)):
-        lines.append("sample complexity independent of width: untested (N* not reached within the sweep on some seed)")
+        lines.append(
+            "sample complexity independent of width: untested (on some seed N* lies outside the sweep's n_train)"
+        )
     else:
         p = welch_p(x, y)
         found = "one seed, untested" if p is None else f"{INDEPENDENT if p >= 1 - LEVEL else DEPENDS} (p = {p:.2g})"
