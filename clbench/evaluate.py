@@ -75,6 +75,12 @@ class Head(NamedTuple):
         logits = F.linear(hidden.to(self.weight.dtype), self.weight, self.bias)
         return torch.tanh(logits / self.cap) * self.cap if self.cap else logits
 
+    def same(self, other: Head) -> bool:
+        """Whether the two give the same logits: equal weights, biases and cap."""
+        biases = (self.bias, other.bias)
+        equal_bias = biases == (None, None) or None not in biases and torch.equal(*biases)
+        return self.cap == other.cap and equal_bias and torch.equal(self.weight, other.weight)
+
 
 def head_of(model, rows: int | None, *, keep: bool = False) -> Head:
     """The model's head over its first `rows` rows (None: all). keep: a copy, for a model that is handed on
@@ -165,6 +171,7 @@ def score(
     model.eval()
     tally = _Tally(old_vocab, range(old_vocab, model.get_output_embeddings().weight.shape[0]), reference is not None)
     batches = positions(model, encoded, pad_id=pad_id, batch_size=batch_size, new_from=old_vocab) if at is None else at
+    own = reference is not None and reference.positions is at and reference.head.same(head_of(model, old_vocab))
     for number, (h, targets, rows, prompt_h, prompt_targets) in enumerate(batches):
         if len(prompt_targets):  # no new token in a prompt: no head for it
             tally.recall(_head(model, prompt_h, None).argmax(-1), prompt_targets)
@@ -174,7 +181,9 @@ def score(
         # chunks of positions bound the [positions, |V|] logits (49k-152k vocabularies)
         for chunk in range(0, len(targets), POSITIONS_PER_CHUNK):
             cut = slice(chunk, chunk + POSITIONS_PER_CHUNK)
-            tally.add(model, h[cut], targets[cut], None if kept is None else reference.head(kept.hidden[cut]))
+            # a frozen backbone's reference logits are its own old-softmax logits: not computed twice
+            reference_logits = None if kept is None or own else reference.head(kept.hidden[cut])
+            tally.add(model, h[cut], targets[cut], reference_logits, own_reference=own)
         tally.example_of.append(rows)
     model.train(was_training)
     return tally.scores(len(encoded))
@@ -208,8 +217,13 @@ class _Tally:
         counted = metrics.new_token_recall(predicted, targets, self.new)
         self.recalled, self.occurrences = self.recalled + counted[0], self.occurrences + counted[1]
 
-    def add(self, model, h_chunk: torch.Tensor, t_chunk: torch.Tensor, reference_logits=None) -> None:
+    def add(
+        self, model, h_chunk: torch.Tensor, t_chunk: torch.Tensor, reference_logits=None, *, own_reference=False
+    ) -> None:
+        """own_reference: the reference's logits are this chunk's old-softmax ones (score() checked that)."""
         logits_old = _head(model, h_chunk, self.old_vocab)
+        if own_reference:
+            reference_logits = logits_old
         is_old = t_chunk < self.old_vocab
         # a new-token target has no old-softmax NLL: clamped only to keep gather in range, then dropped
         nll = metrics.token_nll(logits_old, t_chunk.clamp(max=self.old_vocab - 1))

@@ -721,7 +721,9 @@ def transition_drift(
     ≥ 0: a rounding error below 0 is clamped to it."""
     log_p = torch.log_softmax(reference.float(), -1)
     p, vocab = log_p.exp(), reference.shape[-1]
-    kl = lambda logits: (p * (log_p - torch.log_softmax(logits.float(), -1)[:, :vocab])).sum(-1).clamp_min(0.0)
+    # the reference itself (a frozen backbone's old softmax): its log-softmax is log_p, so the KL is 0 as computed
+    log_q = lambda logits: log_p if logits is reference else torch.log_softmax(logits.float(), -1)[:, :vocab]
+    kl = lambda logits: (p * (log_p - log_q(logits))).sum(-1).clamp_min(0.0)
     greedy = reference.argmax(-1)
     return kl(old), kl(full), (old.argmax(-1) != greedy).float(), (full.argmax(-1) != greedy).float()
 

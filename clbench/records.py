@@ -345,9 +345,7 @@ class RecordStore:
             db = self._scratch()
             for table in ("metrics", "stage_matrix"):
                 db.execute(f"DELETE FROM {table}")
-            db.executemany("INSERT INTO metrics VALUES (?, ?, ?)", [(run_id, k, v) for k, v in new.items()])
-            if rows:
-                db.executemany("INSERT INTO stage_matrix VALUES (?, ?, ?, ?, ?)", [(run_id, *r) for r in rows])
+            single_file.insert_values(db, run_id, new, rows)
             staged = []
             for table in ("metrics", "stage_matrix") if rows else ("metrics",):
                 partial = self.path / "tmp" / f"{table}.{uuid.uuid4().hex}.parquet"

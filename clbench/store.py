@@ -355,9 +355,7 @@ class Store:
             if status is None or status[0] != "finished":
                 raise ClbenchError(f"run {run_id} is not a finished run of {self.path}: no metrics added")
             new, rows = missing(db, run_id, metrics, stage_matrix)
-            db.executemany("INSERT INTO metrics VALUES (?, ?, ?)", [(run_id, k, v) for k, v in new.items()])
-            if rows:
-                db.executemany("INSERT INTO stage_matrix VALUES (?, ?, ?, ?, ?)", [(run_id, *r) for r in rows])
+            insert_values(db, run_id, new, rows)
             db.execute("COMMIT")
         return len(new)
 
@@ -514,16 +512,20 @@ def insert_run(db, run: dict, metrics: dict[str, float], stage_matrix: list[tupl
         f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
         list(row.values()),
     )
-    if metrics:
-        db.executemany(
-            "INSERT INTO metrics VALUES (?, ?, ?)",
-            [(run["run_id"], k, float(v)) for k, v in sorted(metrics.items())],
-        )
-    if stage_matrix:
-        db.executemany("INSERT INTO stage_matrix VALUES (?, ?, ?, ?, ?)", [(run["run_id"], *r) for r in stage_matrix])
+    insert_values(db, run["run_id"], metrics, stage_matrix)
     for table, rows in zip(PER_RUN, per_run):
         if rows:
             insert_frame(db, table, run["run_id"], rows)
+
+
+def insert_values(db, run_id: str, metrics: dict[str, float], stage_matrix: list[tuple]) -> None:
+    """A run's metrics and stage-matrix rows into db's tables: a new run's (insert_run) or those added to it."""
+    if metrics:
+        db.executemany(
+            "INSERT INTO metrics VALUES (?, ?, ?)", [(run_id, k, float(v)) for k, v in sorted(metrics.items())]
+        )
+    if stage_matrix:
+        db.executemany("INSERT INTO stage_matrix VALUES (?, ?, ?, ?, ?)", [(run_id, *r) for r in stage_matrix])
 
 
 def missing(db, run_id: str, metrics: dict[str, float], stage_matrix: list[tuple]) -> tuple[dict, list[tuple]]:

@@ -2,6 +2,7 @@
 softmaxes taken in float64 from the models' own forward logits, not from clbench's positions and heads."""
 
 import copy
+import dataclasses
 import math
 
 import pytest
@@ -12,7 +13,7 @@ from transformers import LlamaForCausalLM
 from clbench import metrics as M
 from clbench.arith import char_tokenizer
 from clbench.data import encode_texts
-from clbench.evaluate import Reference, head_of, positions, score
+from clbench.evaluate import Head, Reference, head_of, positions, score
 
 TEXTS = ["12+7=19", "3+4=7", "55+45=100", "8*9=72", "1+1=2", "606+1=607", "9+9=18"]
 
@@ -107,3 +108,30 @@ def test_a_reference_on_other_batches_is_refused():
     reference = Reference(list(positions(base, encoded, pad_id=0, batch_size=2)), head_of(base, len(tokenizer)))
     with pytest.raises(ValueError, match="reference's positions are not these examples'"):
         score(base, encoded, old_vocab=len(tokenizer), pad_id=0, batch_size=3, reference=reference)
+
+
+def test_a_frozen_backbone_reference_is_its_own_old_logits_with_the_same_scores(monkeypatch):
+    """score() skips the reference's head where it would give the adapted model's own old-softmax logits (the
+    base's positions, equal old rows): every Scores field as when it computes them, and not when a row moved."""
+    base, tokenizer = tiny(), char_tokenizer()
+    adapted, encoded = expanded(base, 0.0), encode_texts(tokenizer, TEXTS, 32)
+    pad, vocab = tokenizer.pad_token_id, len(tokenizer)
+    kept = list(positions(base, encoded, pad_id=pad, batch_size=3))
+    reference, calls, call = Reference(kept, head_of(base, vocab)), [], Head.__call__
+    monkeypatch.setattr(Head, "__call__", lambda head, hidden: calls.append(len(hidden)) or call(head, hidden))
+
+    def scored(ref: Reference):
+        calls.clear()
+        return score(adapted, encoded, old_vocab=vocab, pad_id=pad, batch_size=3, at=kept, reference=ref), len(calls)
+
+    own, own_calls = scored(reference)
+    apart, apart_calls = scored(Reference(list(kept), reference.head))  # equal positions, not the same: computed
+    assert apart_calls == own_calls + len(kept)  # one reference head per batch (a chunk each) saved
+    for name, value in dataclasses.asdict(own).items():
+        other = getattr(apart, name)
+        assert torch.equal(value, other) if isinstance(value, torch.Tensor) else value == other, name
+    assert M.drift_of(own, "example_kl_old") == 0.0 < M.drift_of(own, "example_kl_full")
+    with torch.no_grad():  # an old row moved: the reference is no longer the model's own head
+        adapted.get_output_embeddings().weight[5] += 0.1
+    moved, moved_calls = scored(reference)
+    assert moved_calls == apart_calls and M.drift_of(moved, "example_kl_old") > 0

@@ -3,6 +3,7 @@ the verdicts' exact strings, the table cells, profiles kept apart, tuning runs l
 
 import math
 
+import pandas as pd
 import pytest
 from leaderboard_db import EVIL, record
 
@@ -276,7 +277,7 @@ def test_size_rows_and_verdicts_compare_the_widest_base_with_the_narrowest(tmp_p
     assert table.to_dict("records") == [
         {"model": "builtin:arith-llama-w64", "et N*: seeds": 3, "et N*": "50 ± 0", "fft addition lost: seeds": 3,
          "fft addition lost": "-0.223 ± 0.063"},
-        {"model": "builtin:arith-llama", "et N*: seeds": 3, "et N*": "50 ± 0 (1 reached at the smallest n_train)", "fft addition lost: seeds": 0,
+        {"model": "builtin:arith-llama", "et N*: seeds": 3, "et N*": "50 ± 0 (1 reached at the smallest n_train, above 1)", "fft addition lost: seeds": 0,
          "fft addition lost": "not run"},
         {"model": "builtin:arith-llama-w256", "et N*: seeds": 3, "et N*": "50 ± 0 (1 not reached)",
          "fft addition lost: seeds": 3, "fft addition lost": "-0.50 ± 0.12"},
@@ -291,3 +292,17 @@ def test_size_rows_and_verdicts_compare_the_widest_base_with_the_narrowest(tmp_p
         "sample complexity independent of width: et's N* builtin:arith-llama-w256 vs builtin:arith-llama-w64: "
         "no significant difference (p = 1)"
     )
+
+
+def test_an_n_star_reached_at_one_example_is_measured_not_censored():
+    from clbench.report import sizes
+
+    model = sizes.family()[0]
+    rows = [  # seed 0 reaches 0.5 at n_train 1, seed 1 at 3, seed 2 only from 2 on (censored there)
+        {"task": "arithmetic", "method": "et", "model": model, "metric": "gap_closed", "seed": seed, "n_train": n,
+         "value": gap}
+        for seed, curve in enumerate([{1: 0.6, 3: 0.9}, {1: 0.2, 3: 0.7}, {2: 0.8, 3: 0.9}])
+        for n, gap in curve.items()
+    ]  # fmt: skip
+    stars = sizes.n_stars(pd.DataFrame(rows), model)
+    assert stars[:2] == [1.0, 3.0] and math.isnan(stars[2])

@@ -33,7 +33,8 @@ def family() -> tuple[str, ...]:
 
 def n_stars(values: pd.DataFrame, model: str) -> list[float]:
     """et's N* on `model`, one per seed whose curve has at least two n_train: inf where it is never reached, NaN
-    where it is already reached at the curve's smallest n_train (censored: N* is at most that, not measured)."""
+    where it is already reached at the curve's smallest n_train above 1 (censored: N* is at most that, not
+    measured). Reached at n_train 1 it is measured: no fewer examples can teach anything (gap_closed 0)."""
     from clbench.sweep import TARGET_GAP, n_star  # the sweep's own definition of N*
 
     part = values[(values.task == TASK) & (values.method == "et") & (values.model == model) & (values.metric == GAP)]
@@ -42,7 +43,8 @@ def n_stars(values: pd.DataFrame, model: str) -> list[float]:
         points = dict(zip(seed.n_train.astype(int), seed.value))
         if len(points) >= 2:
             found = n_star(points, TARGET_GAP)
-            stars.append(float("inf") if found is None else float("nan") if found == min(points) else float(found))
+            censored = found is not None and found == min(points) > 1
+            stars.append(float("inf") if found is None else float("nan") if censored else float(found))
     return stars
 
 
@@ -63,7 +65,10 @@ def size_rows(values: pd.DataFrame) -> pd.DataFrame:
     for model in family():
         stars, lost = n_stars(values, model), addition_lost(values, model)
         reached = [s for s in stars if np.isfinite(s)]
-        outside = ((sum(np.isinf(stars)), "not reached"), (sum(np.isnan(stars)), "reached at the smallest n_train"))
+        outside = (
+            (sum(np.isinf(stars)), "not reached"),
+            (sum(np.isnan(stars)), "reached at the smallest n_train, above 1"),
+        )
         notes = "".join(f" ({count} {what})" for count, what in outside if count)
         rows.append(
             {
