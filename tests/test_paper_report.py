@@ -249,7 +249,7 @@ def test_leaderboard_page_carries_the_paper_section_after_the_tasks_and_before_t
 
 def size_db(path) -> Store:
     """et's gap_closed over n_train per seed on the three widths (N* = 50, 50, 50 | ≤ 10, 50, 50 | 50, 50, never),
-    fft's addition lost per seed on the narrowest and widest only; a second fft lr on the widest, one seed."""
+    fft's addition lost and drift per seed on the narrowest and widest only; a second fft lr on the widest, one seed."""
     store = Store(path)
     curves = {  # model → per seed: gap_closed at n_train 10, 50, 200
         "builtin:arith-llama-w64": [(0.1, 0.6, 0.9), (0.2, 0.5, 0.9), (0.3, 0.7, 0.8)],
@@ -261,9 +261,10 @@ def size_db(path) -> Store:
             for n, gap in zip((10, 50, 200), gaps):
                 record(store, f"s-{model}-{seed}-{n}", "arithmetic", "et", model, seed, {"gap_closed": gap}, n_train=n)
     lost = {"builtin:arith-llama-w64": (-0.20, -0.25, -0.22), "builtin:arith-llama-w256": (-0.50, -0.45, -0.55)}
+    drift = {"builtin:arith-llama-w64": (0.10, 0.12, 0.11), "builtin:arith-llama-w256": (0.12, 0.08, 0.10)}
     for model, deltas in lost.items():
         for seed, delta in enumerate(deltas):
-            values = {"old_skill_acc_delta": delta}
+            values = {"old_skill_acc_delta": delta, "drift_kl_oldvocab": drift[model][seed]}
             record(store, f"f-{model}-{seed}", "arithmetic", "fft", model, seed, values, lr=1e-4)
     record(store, "f-other-lr", "arithmetic", "fft", "builtin:arith-llama-w256", 0, {"old_skill_acc_delta": 0.0})
     return store
@@ -276,16 +277,19 @@ def test_size_rows_and_verdicts_compare_the_widest_base_with_the_narrowest(tmp_p
     table = sizes.size_rows(values)
     assert table.to_dict("records") == [
         {"model": "builtin:arith-llama-w64", "et N*: seeds": 3, "et N*": "50 ± 0", "fft addition lost: seeds": 3,
-         "fft addition lost": "-0.223 ± 0.063"},
+         "fft addition lost": "-0.223 ± 0.063", "fft drift: seeds": 3, "fft drift": "0.110 ± 0.025"},
         {"model": "builtin:arith-llama", "et N*: seeds": 3, "et N*": "50 ± 0 (1 reached at the smallest n_train, above 1)", "fft addition lost: seeds": 0,
-         "fft addition lost": "not run"},
+         "fft addition lost": "not run", "fft drift: seeds": 0, "fft drift": "not run"},
         {"model": "builtin:arith-llama-w256", "et N*: seeds": 3, "et N*": "50 ± 0 (1 not reached)",
-         "fft addition lost: seeds": 3, "fft addition lost": "-0.50 ± 0.12"},
+         "fft addition lost: seeds": 3, "fft addition lost": "-0.50 ± 0.12", "fft drift: seeds": 3,
+         "fft drift": "0.100 ± 0.050"},
     ]  # fmt: skip
     assert sizes.verdicts(values, direction_verdict) == [
         "sample complexity independent of width: untested (on some seed N* lies outside the sweep's n_train)",
         "larger models forget more under fine-tuning: fft's addition lost, builtin:arith-llama-w256 vs "
         "builtin:arith-llama-w64: direction holds (p = 0.0036)",
+        "larger models forget more under fine-tuning: fft's drift, builtin:arith-llama-w256 vs "
+        "builtin:arith-llama-w64: not significant (p = 0.5)",
     ]
     reached = values[~((values.model == "builtin:arith-llama-w256") & (values.seed == 2))]
     assert sizes.verdicts(reached, direction_verdict)[0] == (

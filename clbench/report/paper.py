@@ -75,8 +75,8 @@ SIZES_INTRO = (
     "The paper reports that ET's sample complexity does not depend on the model's dimension and motivates ET by "
     "full fine-tuning forgetting more on larger models. clbench tests both on a family of arithmetic bases, one "
     "recipe at three widths (clbench/arith_llama.py FAMILY): et's N* (the smallest n_train whose gap_closed "
-    "reaches 0.5, per seed) and fft's addition lost (old_skill_acc_delta at its tuned lr), the widest base against "
-    "the narrowest. A claim of no dependence is supported only as far as a difference is not found: the "
+    "reaches 0.5, per seed) and fft's forgetting at its tuned lr, as addition lost (old_skill_acc_delta) and as "
+    "transition drift on old text (drift_kl_oldvocab), the widest base against the narrowest. A claim of no dependence is supported only as far as a difference is not found: the "
     "confidence intervals say how large one could be."
 )
 AFTER_THE_PAPER = (

@@ -3,7 +3,8 @@ the same recipe, data and tokenizer at three widths.
 
 - "the sample complexity does not depend on the model's dimension": N*, the smallest n_train whose gap_closed
   reaches TARGET_GAP, of et, per seed (each seed's own curve over n_train), per width;
-- "larger models forget more under fine-tuning": fft's addition lost (old_skill_acc_delta) per width.
+- "larger models forget more under fine-tuning": fft's addition lost (old_skill_acc_delta) per width, and its
+  transition drift on old text (drift_kl_oldvocab: KL(base ‖ fine-tuned) under the old softmax, clbench/metrics.py).
 
 Each claim's verdict compares the widest base with the narrowest over seeds (Welch's t, clbench/stats.py): the
 forgetting claim on the paper's sign; the independence claim, which predicts no difference, says whether one
@@ -21,6 +22,8 @@ from clbench.stats import LEVEL, finite, mean_ci, welch_p
 TASK = "arithmetic"
 GAP = "gap_closed"
 ADDITION_LOST = "old_skill_acc_delta"
+# fft's forgetting measures: (name in the report, metric, the paper's sign of wider − narrower)
+FORGETTING = (("addition lost", ADDITION_LOST, -1), ("drift", "drift_kl_oldvocab", 1))
 INDEPENDENT, DEPENDS = "no significant difference", "differs"
 
 
@@ -48,8 +51,8 @@ def n_stars(values: pd.DataFrame, model: str) -> list[float]:
     return stars
 
 
-def addition_lost(values: pd.DataFrame, model: str) -> np.ndarray:
-    """fft's old_skill_acc_delta on `model` per seed: its run group at the largest n_train, the one of most seeds."""
+def fft_values(values: pd.DataFrame, model: str, metric: str = ADDITION_LOST) -> np.ndarray:
+    """fft's `metric` on `model` per seed: its run group at the largest n_train, the one of most seeds."""
     part = values[(values.task == TASK) & (values.method == "fft") & (values.model == model)]
     part = part[part.n_train == part.n_train.max()]
     if part.empty:
@@ -57,28 +60,28 @@ def addition_lost(values: pd.DataFrame, model: str) -> np.ndarray:
     groups = part.groupby("settings")
     chosen = max(groups.groups, key=lambda name: (groups.get_group(name).seed.nunique(), str(name)))
     group = groups.get_group(chosen)
-    return finite(group[group.metric == ADDITION_LOST].value)
+    return finite(group[group.metric == metric].value)
 
 
 def size_rows(values: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for model in family():
-        stars, lost = n_stars(values, model), addition_lost(values, model)
+        stars = n_stars(values, model)
         reached = [s for s in stars if np.isfinite(s)]
         outside = (
             (sum(np.isinf(stars)), "not reached"),
             (sum(np.isnan(stars)), "reached at the smallest n_train, above 1"),
         )
         notes = "".join(f" ({count} {what})" for count, what in outside if count)
-        rows.append(
-            {
-                "model": model,
-                "et N*: seeds": len(stars),
-                "et N*": (fmt_ci(*mean_ci(reached)) if reached else "—") + notes if stars else "not run",
-                "fft addition lost: seeds": len(lost),
-                "fft addition lost": fmt_ci(*mean_ci(lost)) if len(lost) else "not run",
-            }
-        )
+        row = {
+            "model": model,
+            "et N*: seeds": len(stars),
+            "et N*": (fmt_ci(*mean_ci(reached)) if reached else "—") + notes if stars else "not run",
+        }
+        for name, metric, _ in FORGETTING:
+            lost = fft_values(values, model, metric)
+            row |= {f"fft {name}: seeds": len(lost), f"fft {name}": fmt_ci(*mean_ci(lost)) if len(lost) else "not run"}
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -98,14 +101,14 @@ def verdicts(values: pd.DataFrame, direction_verdict) -> list[str]:
         p = welch_p(x, y)
         found = "one seed, untested" if p is None else f"{INDEPENDENT if p >= 1 - LEVEL else DEPENDS} (p = {p:.2g})"
         lines.append(f"sample complexity independent of width: et's N* {wide} vs {narrow}: {found}")
-    x, y = addition_lost(values, wide), addition_lost(values, narrow)
-    if len(x) == 0 or len(y) == 0:
-        lines.append("larger models forget more under fine-tuning: not run")
-    else:
-        p = welch_p(x, y)
-        verdict = direction_verdict(x, y, -1)  # more addition lost (a lower delta) on the wider base
+    for name, metric, sign in FORGETTING:
+        x, y = fft_values(values, wide, metric), fft_values(values, narrow, metric)
+        if len(x) == 0 or len(y) == 0:
+            lines.append(f"larger models forget more under fine-tuning, fft's {name}: not run")
+            continue
+        p, verdict = welch_p(x, y), direction_verdict(x, y, sign)
         lines.append(
-            f"larger models forget more under fine-tuning: fft's addition lost, {wide} vs {narrow}: {verdict}"
+            f"larger models forget more under fine-tuning: fft's {name}, {wide} vs {narrow}: {verdict}"
             + ("" if p is None else f" (p = {p:.2g})")
         )
     return lines
