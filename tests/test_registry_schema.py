@@ -318,10 +318,11 @@ def test_include_must_name_one_file(tmp_path):
 XLING_BEFORE = json.loads((Path(__file__).parent / "data" / "xling_resolved.json").read_text(encoding="utf-8"))
 
 
-# what was added to them since, on purpose: the cpu profile, tuned lrs and the tune metric, validation sizes,
+# what was added to them since, on purpose: the cpu and gpu profiles, tuned lrs and the tune metric, validation sizes,
 # the opt-in to unknown text (default off)
 ADDED_SPEC = {"tune_metric", "lr", "allow_unknown_tokens"}
 ADDED_PROFILE, ADDED_PARAMS = {"lr"}, {"n_validation", "n_validation_old"}
+ADDED_PROFILES = {"cpu", "gpu"}
 
 
 @pytest.mark.parametrize("name", sorted(XLING_BEFORE))
@@ -333,7 +334,7 @@ def test_xling_tasks_resolve_exactly_as_before_include(name):
     profiles = {
         p: {k: v for k, v in prof.items() if k not in ADDED_PROFILE}
         for p, prof in task.spec.model_dump(mode="json")["profiles"].items()
-        if p != "cpu"
+        if p not in ADDED_PROFILES
     }
     assert profiles == expected.pop("profiles") and spec == expected
     for profile in (None, "paper"):
