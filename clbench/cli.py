@@ -135,7 +135,7 @@ COMMAND_LINE = {  # command → (help, [option or (option, overrides) or (positi
         "sample-efficiency curve: run methods × n_train × seeds; only what is missing",
         [("--task", ONE_TASK), "--method",
          ("--n", {"required": True, "help": "comma-separated numbers of training examples, e.g. 10,50,200"}),
-         "--seeds", "--model", "--profile", "--init",
+         "--seeds", "--model", "--profile", "--init", "--set", "--tuned",
          ("--param", {"metavar": "KEY=V1,V2,...", "help": "sweep a task param over these values (repeatable: the "
                       "grid is their cartesian product)"}),
          "--budget",
@@ -616,12 +616,19 @@ def cmd_sweep(args) -> int:
     task, registry = load_tasks(args.task_dir).get(args.task), methods()
     chosen = [registry.get(name) for name in registry.resolve(args.method)]
     ns, seeds = parse_counts(args.n), parse_seeds(args.seeds)
-    swept, budget = parse_sweep_params(args.param), parse_options(args.budget, "--budget")
+    swept, budget, options = (
+        parse_sweep_params(args.param),
+        parse_options(args.budget, "--budget"),
+        parse_options(args.set),
+    )
+    if options and len(chosen) > 1:
+        raise ClbenchError("--set applies to one method; name a single --method with it")
     for point in grid(swept):  # every point's values are checked by the task's schemas before any run
         task.resolved(args.profile, params_override=point or None, budget_override=budget or None)
     resolve_device(args.device)
     store, session = open_store(args.db), Session(device=args.device)
     how = {"model": args.model, "profile": args.profile, "init": args.init, "budget_overrides": budget}
+    how |= {"options": options, "tuned": args.tuned}
     if args.executor == "inline":
         outcomes = [
             (o.run_id, o.status)

@@ -117,6 +117,18 @@ def test_a_sweep_over_a_task_param_stores_every_point_and_resumes(tiny_cli, tmp_
     assert "4 runs: 0 finished, 4 already in" in capsys.readouterr().err
 
 
+def test_a_sweep_point_at_a_set_lr_is_the_run_of_the_same_flags(tiny_cli, tmp_path, capsys):
+    """--set reaches every point: `clbench run --n-train N --set lr=X` names the very run the sweep made."""
+    common = ["--task", TASK, "--task-dir", str(tiny_cli.tasks), "--db", str(tmp_path / "r.duckdb"), "--method", "et"]
+    common += ["--set", "lr=0.05", "--budget", "steps=2"]
+    assert main(["sweep", *common, "--n", "4,8"]) == 0
+    assert "2 runs: 2 finished" in capsys.readouterr().err
+    assert main(["run", *common, "--n-train", "8"]) == 0
+    assert "1 runs: 0 finished, 1 already in" in capsys.readouterr().err
+    configs = [json.loads(c) for c in Store(tmp_path / "r.duckdb").query("SELECT config FROM runs").config]
+    assert sorted((c["budget"]["n_train"], c["method_config"]["lr"]) for c in configs) == [(4, 0.05), (8, 0.05)]
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
@@ -125,6 +137,8 @@ def test_a_sweep_over_a_task_param_stores_every_point_and_resumes(tiny_cli, tmp_
         (["--param", "n_test=12,0"], "task 'tiny-arith' params: n_test: Input should be greater than 0"),
         (["--param", "n_tset=12"], "task 'tiny-arith' has no param 'n_tset' (did you mean 'n_test'?)"),
         (["--budget", "stepz=2"], "task 'tiny-arith' has no budget key 'stepz'"),
+        (["--method", "et,fft", "--set", "lr=1"], "--set applies to one method; name a single --method with it"),
+        (["--set", "lr=1", "--tuned"], "the lr is given twice: by an option (lr=...) and by --tuned"),
     ],
 )
 def test_a_bad_sweep_param_is_one_line_and_runs_nothing(tiny_cli, tmp_path, capsys, flags, message):
