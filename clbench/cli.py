@@ -255,10 +255,8 @@ def run_specs(args, task_names: list[str], method_names: list[str]) -> list:
     from clbench import distributed
     from clbench.devices import resolve_device
 
-    seeds, options = parse_seeds(args.seeds), parse_options(args.set)
+    seeds, options = parse_seeds(args.seeds), method_options(args.set, len(method_names))
     resolve_device(args.device)  # a bad --device fails before any model is loaded
-    if options and len(method_names) > 1:
-        raise ClbenchError("--set applies to one method; name a single --method with it")
     if args.device_map and args.device != "auto":
         raise ClbenchError("--device-map places the model itself; leave --device at auto")
     if distributed.launched() and (args.device_map or args.lm_eval):
@@ -318,9 +316,7 @@ def cmd_tune(args) -> int:
 
     task, registry = load_tasks(args.task_dir).get(args.task), methods()
     chosen = [registry.get(name) for name in registry.resolve(args.method)]
-    options = parse_options(args.set)
-    if options and len(chosen) > 1:
-        raise ClbenchError("--set applies to one method; name a single --method with it")
+    options = method_options(args.set, len(chosen))
     grid = parse_grid(args.grid) if args.grid else None
     seeds = parse_seeds(args.seeds)
     resolve_device(args.device)
@@ -616,13 +612,8 @@ def cmd_sweep(args) -> int:
     task, registry = load_tasks(args.task_dir).get(args.task), methods()
     chosen = [registry.get(name) for name in registry.resolve(args.method)]
     ns, seeds = parse_counts(args.n), parse_seeds(args.seeds)
-    swept, budget, options = (
-        parse_sweep_params(args.param),
-        parse_options(args.budget, "--budget"),
-        parse_options(args.set),
-    )
-    if options and len(chosen) > 1:
-        raise ClbenchError("--set applies to one method; name a single --method with it")
+    swept, budget = parse_sweep_params(args.param), parse_options(args.budget, "--budget")
+    options = method_options(args.set, len(chosen))
     for point in grid(swept):  # every point's values are checked by the task's schemas before any run
         task.resolved(args.profile, params_override=point or None, budget_override=budget or None)
     resolve_device(args.device)
@@ -665,6 +656,14 @@ def print_sweep(store, run_ids: list[str], swept: list[str], args, task, session
     if swept == [LAW_PARAM] and "gap_closed" in table:
         vocab = len(session.base(args.model or task.resolved(args.profile)[0]).tokenizer)
         print(law_report(n_star_table(table, swept, args.target_gap), vocab, args.target_gap))
+
+
+def method_options(pairs: list[str], n_methods: int) -> dict[str, str]:
+    """--set KEY=VALUE (repeatable) → {KEY: VALUE}, for one method only: each method has its own options."""
+    options = parse_options(pairs)
+    if options and n_methods > 1:
+        raise ClbenchError("--set applies to one method; name a single --method with it")
+    return options
 
 
 def parse_sweep_params(pairs: list[str]) -> dict[str, list[str]]:

@@ -51,7 +51,7 @@ def n_stars(values: pd.DataFrame, model: str) -> list[float]:
     return stars
 
 
-def fft_values(values: pd.DataFrame, model: str, metric: str = ADDITION_LOST) -> np.ndarray:
+def fft_values(values: pd.DataFrame, model: str, metric: str) -> np.ndarray:
     """fft's `metric` on `model` per seed: its run group at the largest n_train, the one of most seeds."""
     part = values[(values.task == TASK) & (values.method == "fft") & (values.model == model)]
     part = part[part.n_train == part.n_train.max()]
