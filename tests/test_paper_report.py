@@ -310,3 +310,23 @@ def test_an_n_star_reached_at_one_example_is_measured_not_censored():
     ]  # fmt: skip
     stars = sizes.n_stars(pd.DataFrame(rows), model)
     assert stars[:2] == [1.0, 3.0] and math.isnan(stars[2])
+
+
+def test_a_sweeps_one_method_points_stay_out_of_the_comparison_where_the_base_has_a_compared_n_train(tmp_path):
+    values = load(size_db(tmp_path / "s.duckdb"))[0]
+    table = rows(TABLES[0], values)
+    # w64 and w256 hold fft at n_train 200: their et-only points 10 and 50 are the N* sweep's; the middle base has
+    # no compared n_train, so each of its points keeps its rows, fft "not run"
+    assert cells(table, ["model", "n_train", "method", "seeds"]) == [
+        ("builtin:arith-llama", "10", "et", "0,1,2"),
+        ("builtin:arith-llama", "10", "fft", ""),
+        ("builtin:arith-llama", "50", "et", "0,1,2"),
+        ("builtin:arith-llama", "50", "fft", ""),
+        ("builtin:arith-llama", "200", "et", "0,1,2"),
+        ("builtin:arith-llama", "200", "fft", ""),
+        ("builtin:arith-llama-w256", "200", "et", "0,1,2"),
+        ("builtin:arith-llama-w256", "200", "fft", "0,1,2"),
+        ("builtin:arith-llama-w256", "200", "fft", "0"),  # its other lr
+        ("builtin:arith-llama-w64", "200", "et", "0,1,2"),
+        ("builtin:arith-llama-w64", "200", "fft", "0,1,2"),
+    ]

@@ -254,7 +254,7 @@ def rows(table: Table, values: pd.DataFrame) -> pd.DataFrame:
                 for method in table.methods
             ]
             continue
-        for (model, profile, n_train), block in part.groupby(["model", "profile", "n_train"], dropna=False):
+        for (model, profile, n_train), block in compared_blocks(part):
             groups = dict(list(block.groupby(["method", "settings"], dropna=False)))
             reference = pick_reference(groups)
             for method in table.methods:
@@ -272,6 +272,15 @@ def rows(table: Table, values: pd.DataFrame) -> pd.DataFrame:
                         )
                     )
     return pd.DataFrame(out)
+
+
+def compared_blocks(part: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
+    """The (model, profile, n_train) blocks of one task's runs that a comparison is made on. Where some n_train of a
+    (model, profile) holds two of the table's methods, its one-method n_trains are a sweep's points (et's N* curve,
+    the size section), not comparisons: a row of "not run" for every other method there would be noise."""
+    blocks = list(part.groupby(["model", "profile", "n_train"], dropna=False))
+    compared = {key[:2] for key, block in blocks if block.method.nunique() > 1}
+    return [(key, block) for key, block in blocks if key[:2] not in compared or block.method.nunique() > 1]
 
 
 def pick_reference(groups: dict[tuple, pd.DataFrame]) -> tuple | None:
