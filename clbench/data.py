@@ -33,6 +33,17 @@ class Stage:
     target_test: list[Example]
 
 
+# a task parameter that sizes a split → that split. A corpus may hold fewer examples than a profile asks (the
+# packaged German prose gives xling 65 validation chunks of the 100 asked): the run then scores fewer than its
+# config says, which validate and each run's log state
+SIZED_SPLITS = {
+    "n_target": "target_test",
+    "n_validation": "validation",
+    "n_old_text": "old_text",
+    "n_validation_old": "validation_old_text",
+}
+
+
 @dataclass(frozen=True)
 class TaskData:
     new_tokens: list[str]
@@ -84,6 +95,16 @@ class TaskData:
             raise ClbenchError(f"task {task!r}: validation examples overlap the target or training set")
         if set(self.validation_old_text) & (set(self.old_text) | set(self.replay_text)):
             raise ClbenchError(f"task {task!r}: validation_old_text overlaps old_text or replay_text")
+
+    def shortfalls(self, params) -> list[str]:
+        """Each split holding fewer examples than the task's parameters ask, e.g. "65 validation of
+        n_validation 100"; params: the task's parameter model (a split it does not size is not checked)."""
+        short = []
+        for name, split in SIZED_SPLITS.items():
+            asked, held = getattr(params, name, None), len(getattr(self, split))
+            if isinstance(asked, int) and held < asked:
+                short.append(f"{held} {split.replace('_', ' ')} of {name} {asked}")
+        return short
 
     def fingerprint(self) -> str:
         fields = {k: v for k, v in asdict(self).items() if k != "train_oracle"}

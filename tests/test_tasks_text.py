@@ -197,6 +197,19 @@ def test_pseudowords_are_deterministic():
 # ---- cross-lingual ----------------------------------------------------------------------------
 
 
+def test_a_split_the_corpus_cannot_fill_is_named():
+    # the packaged German prose's held-out documents give 265 chunks of 80 characters: the cpu profile's 200
+    # target chunks, then 65 of its 100 validation chunks
+    gen = generator("xling")
+    params = gen.Params(
+        corpus="dataset-build:deu", k=20, chunk_chars=80, n_target=200, n_validation=100, n_old_text=4, n_replay=4
+    )
+    data = gen.build(params, byte_bpe(ENGLISH))
+    assert (len(data.target_test), len(data.validation)) == (200, 65)
+    assert data.shortfalls(params) == ["65 validation of n_validation 100"]
+    assert data.shortfalls(params.model_copy(update={"n_validation": 65})) == []
+
+
 def test_xling_new_tokens_are_frequent_whole_words_the_base_splits():
     gen = generator("xling")
     params = gen.Params(corpus="dataset-build:spa", k=20, n_target=8, n_old_text=4, n_replay=4)
