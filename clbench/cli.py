@@ -483,8 +483,8 @@ def check_task(task, profile: str | None, model: str | None, tokenizers: dict) -
         f"{task.name} v{task.spec.version}: {len(data.new_tokens)} new tokens, {len(data.train)} train, "
         f"{len(data.target_test)} target, {len(data.old_text)} old-text, {len(data.validation)} validation"
     )
-    if short := data.shortfalls(params):
-        summary += f" (the data holds fewer than asked: {', '.join(short)})"
+    if short := data.shortfall(params):
+        summary += f" ({short})"
     if offline:
         return f"{summary}; {tokenizer}", []
     try:

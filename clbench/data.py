@@ -96,15 +96,16 @@ class TaskData:
         if set(self.validation_old_text) & (set(self.old_text) | set(self.replay_text)):
             raise ClbenchError(f"task {task!r}: validation_old_text overlaps old_text or replay_text")
 
-    def shortfalls(self, params) -> list[str]:
-        """Each split holding fewer examples than the task's parameters ask, e.g. "65 validation of
-        n_validation 100"; params: the task's parameter model (a split it does not size is not checked)."""
+    def shortfall(self, params) -> str:
+        """The splits holding fewer examples than the task's parameters ask, as one clause for validate and the
+        run log ("the data holds fewer than asked: 65 validation of n_validation 100"), else ""; params: the
+        task's parameter model (a split it does not size is not checked)."""
         short = []
         for name, split in SIZED_SPLITS.items():
             asked, held = getattr(params, name, None), len(getattr(self, split))
             if isinstance(asked, int) and held < asked:
                 short.append(f"{held} {split.replace('_', ' ')} of {name} {asked}")
-        return short
+        return f"the data holds fewer than asked: {', '.join(short)}" if short else ""
 
     def fingerprint(self) -> str:
         fields = {k: v for k, v in asdict(self).items() if k != "train_oracle"}

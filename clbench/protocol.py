@@ -82,8 +82,8 @@ class Session:
         key = (task.name, params.model_dump_json(), base.fingerprint)
         if key not in self.datasets:
             self.datasets[key] = task.build(params, base.tokenizer)
-            if short := self.datasets[key].shortfalls(params):
-                log(f"{task.name}: the data holds fewer than asked: {', '.join(short)}")
+            if short := self.datasets[key].shortfall(params):
+                log(f"{task.name}: {short}")
         return self.datasets[key]
 
     def scores_of_base(self, base: Base, data: TaskData, batch_size: int) -> tuple[Scores, Scores]:

@@ -206,8 +206,8 @@ def test_a_split_the_corpus_cannot_fill_is_named():
     )
     data = gen.build(params, byte_bpe(ENGLISH))
     assert (len(data.target_test), len(data.validation)) == (200, 65)
-    assert data.shortfalls(params) == ["65 validation of n_validation 100"]
-    assert data.shortfalls(params.model_copy(update={"n_validation": 65})) == []
+    assert data.shortfall(params) == "the data holds fewer than asked: 65 validation of n_validation 100"
+    assert data.shortfall(params.model_copy(update={"n_validation": 65})) == ""
 
 
 def test_xling_new_tokens_are_frequent_whole_words_the_base_splits():
