@@ -431,7 +431,7 @@ def merge_files(into: Store, source: Store, combine=None) -> Merged:
     A run id hashes the run's whole config, so the same id in both is the same run: a finished one here
     is kept, a failed one is replaced by the source's finished one. A tuning key stored in both gets
     `combine(here, there)` → (search, its choice) made from both searches, or None to keep this one
-    (tune.merged_search). One transaction: a failure leaves `into` as it was; the source is
+    (lrsearch.merged_search). One transaction: a failure leaves `into` as it was; the source is
     only read. Tables or columns an older source lacks are skipped or read as NULL."""
     check_merge(into, source)
     attached = str(source.path).replace("'", "''")

@@ -13,7 +13,8 @@ smaller lr; a point that diverged, or scored non-finite, is never chosen. The ch
 search are stored in the `tuned` table, keyed by everything the run depends on but lr and seed,
 so `clbench run --tuned` applies it exactly where it was made. A later `tune` of the same key
 extends the stored search: its points on the same seeds are kept beside the new grid's, so
-`--grid 1e-2` past an edge chooses among every point searched, not that one alone.
+`--grid 1e-2` past an edge chooses among every point searched, not that one alone; a choice on an edge
+of its search is said so, with the next point to try. The search's rules are clbench/lrsearch.py.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import sys
 from dataclasses import dataclass
 
 from clbench.errors import ClbenchError
+from clbench.lrsearch import choose, edge, edge_hint, extended, mean
 from clbench.method import MethodSpec
 from clbench.metrics import higher_is_better
 from clbench.protocol import execute, plan
@@ -38,19 +40,6 @@ class Choice:
     score: float
     objective: str
     search: list[dict]  # per grid point: lr, seeds, values, mean, run_ids
-
-
-def choose(search: list[dict]) -> dict:
-    """The grid point with the lowest finite mean; ties to the smaller lr. Pure."""
-    finite = [point for point in search if math.isfinite(point["mean"])]
-    if not finite:
-        raise ClbenchError("every learning rate of the grid diverged or scored non-finite: widen the grid downwards")
-    return min(finite, key=lambda point: (point["mean"], point["lr"]))
-
-
-def mean(values: list[float]) -> float:
-    """Mean over seeds; +inf when any seed failed, so a point that diverges once is never chosen."""
-    return sum(values) / len(values) if values and all(math.isfinite(v) for v in values) else math.inf
 
 
 def tune(
@@ -111,6 +100,8 @@ def tune(
         key = tune_key(first.config, options)
         search = extended(store.tuned_search(key), search, log=log)
         best = choose(search)
+        if hint := edge_hint(search, best["lr"]):
+            log(f"  tune {task.name} × {method.name}: {hint}")
         store.record_tuned(
             {
                 "tune_key": key,
@@ -128,29 +119,6 @@ def tune(
     return choices
 
 
-def extended(stored: list[dict], search: list[dict], log=lambda message: None) -> list[dict]:
-    """search plus the stored points of lrs it lacks that were run on the same seeds, by lr. Pure."""
-    searched = {point["lr"] for point in search}
-    seeds = search[0]["seeds"]
-    others = [p for p in stored if p["lr"] not in searched]
-    kept = [p for p in others if p["seeds"] == seeds]
-    if kept:
-        log(f"  the stored search's {len(kept)} other point(s) on seeds {seeds} join the choice")
-    if len(kept) < len(others):
-        log("  stored points on other seeds are dropped from the search")
-    return sorted(search + kept, key=lambda point: point["lr"])
-
-
-def merged_search(here: list[dict], there: list[dict]) -> tuple[list[dict], dict] | None:
-    """One key's stored searches from two databases → (the search both make, its choice), by extended()'s
-    rule (there's points, and here's at lrs there lacks, on the same seeds); None when there adds nothing
-    here lacks or was searched on other seeds (then here's stands). Pure."""
-    if not there or (here and here[0]["seeds"] != there[0]["seeds"]):
-        return None
-    search = extended(here, there)
-    return None if search == here else (search, choose(search))
-
-
 def _value(store: Store, run_id: str, metric: str) -> float:
     """A finished run's metric; +inf for a failed (diverged) run or one without it."""
     found = store.query(
@@ -162,9 +130,10 @@ def _value(store: Store, run_id: str, metric: str) -> float:
 
 
 def table(choices: list[Choice]) -> str:
-    """The searches side by side: one row per method, one column per lr, the choice marked *."""
+    """The searches side by side: one row per method, one column per lr, the choice marked *, and where the
+    choice sits in its search (lrsearch.edge)."""
     lrs = sorted({point["lr"] for c in choices for point in c.search})
-    header = ["method", *[f"{lr:g}" for lr in lrs], "chosen"]
+    header = ["method", *[f"{lr:g}" for lr in lrs], "chosen", "where"]
     rows = []
     for c in choices:
         by_lr = {point["lr"]: point["mean"] for point in c.search}
@@ -176,7 +145,7 @@ def table(choices: list[Choice]) -> str:
             else "inf"
             for lr in lrs
         ]
-        rows.append([c.method, *cells, f"{c.lr:g}"])
+        rows.append([c.method, *cells, f"{c.lr:g}", edge(c.search, c.lr)])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     objective = choices[0].objective if choices else ""
     lines = [f"validation {objective} (mean over seeds) per lr; * = chosen"]

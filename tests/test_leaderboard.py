@@ -219,3 +219,39 @@ def test_results_summary_names_the_settings_where_rows_would_look_alike(tmp_path
     lines = summary(store, task="arith").splitlines()
     assert lines[0].split()[:7] == ["task", "method", "model", "n_train", "lr", "seeds", "settings"]
     assert sum("lr=0.01, init=mean" in line for line in lines) == 1
+
+
+def test_each_task_shows_its_tuning_choices_with_the_chosen_point_and_where_it_sits(tmp_path):
+    store = tiny_db(tmp_path / "r.duckdb")
+    point = lambda lr, mean: {"lr": lr, "seeds": [0, 1], "values": [mean, mean], "mean": mean, "run_ids": ["v"]}
+    tuned = lambda key, task, method, search, lr: {
+        "tune_key": key,
+        "task": task,
+        "method": method,
+        "model": "tiny",
+        "profile": None,
+        "objective": "target_loss",
+        "lr": lr,
+        "score": min(p["mean"] for p in search),
+        "search": search,
+    }
+    store.record_tuned(tuned("k1", "arith", "et", [point(0.03, 1.25), point(0.001, 2.0), point(0.1, math.inf)], 0.03))
+    store.record_tuned(tuned("k2", "arith", "fft", [point(1e-4, 0.5), point(3e-4, 0.75)], 1e-4))
+    store.record_tuned(tuned("k3", EVIL, EVIL, [point(0.01, 1.0)], 0.01))
+    out = build(store.path, tmp_path / "out")
+    text = (out / "leaderboard.md").read_text()
+    arith = text.split("## arith\n")[1].split("\n## ")[0]
+    chosen = arith.split("### Learning rates chosen on validation (clbench tune)\n")[1]
+    # points by lr, the choice bold; a diverged point is a point searched, so 0.03 sits inside its search
+    assert (
+        "| et       | tiny    |           | target_loss | 0,1     | 0.001 2.0000 · **0.03 1.2500** · 0.1 inf |   0.03   | inside   |"
+        in chosen
+    )
+    assert (
+        "| fft      | tiny    |           | target_loss | 0,1     | **0.0001 0.5000** · 0.0003 0.7500        |   0.0001 | low edge |"
+        in chosen
+    )
+    page = (out / "index.html").read_text()
+    assert "<td><strong>0.0001 0.5000</strong> · 0.0003 0.7500</td>" in page
+    assert "<td>&lt;script&gt;alert(1)&lt;/script&gt;</td>" in page.split("<h3>Learning rates chosen")[2]
+    assert page.count("<script") == 1 and EVIL not in text and text.count("### Learning rates chosen") == 2

@@ -13,9 +13,9 @@ import duckdb
 import pytest
 
 from clbench.cli import main
+from clbench.lrsearch import merged_search
 from clbench.records import merge
 from clbench.store import Merged, Store
-from clbench.tune import merged_search
 from tests.leaderboard_db import record
 
 CURVE = [(1, 0, 2.5, 0.01, 1.25), (1, 1, 2.0, 0.005, 0.5)]  # stage, step, loss, lr, grad_norm

@@ -10,10 +10,10 @@ from tiny_setup import TASK
 
 from clbench.cli import main
 from clbench.errors import ClbenchError
+from clbench.lrsearch import choose, edge, edge_hint, extended
 from clbench.protocol import Session, validation_data
 from clbench.store import Store
 from clbench.taskspec import load_tasks
-from clbench.tune import choose, extended
 
 GRID = "0.001,0.03"
 
@@ -34,13 +34,31 @@ def test_a_search_extends_the_stored_one_on_the_same_seeds():
     assert extended([], [point(0.3, 0.4)]) == [point(0.3, 0.4)]
 
 
+def test_a_choice_on_an_edge_of_its_search_is_named_with_the_next_point_past_it():
+    search = [{"lr": lr, "mean": m} for lr, m in [(1e-3, 2.0), (3e-3, 1.5), (1e-2, 1.0), (3e-2, math.inf)]]
+    assert [edge(search, lr) for lr in (1e-3, 3e-3, 3e-2)] == ["low edge", "inside", "high edge"]
+    assert edge(search, 1e-2) == "inside"  # bracketed by a point that diverged: it was searched, and lost
+    assert edge(search[:1], 1e-3) == "one point" and edge_hint(search, 3e-3) == ""
+    assert edge_hint(search[:3], 1e-2) == (
+        "the choice 0.01 is the highest lr searched: search above it too (e.g. --grid 0.0333)"
+    )
+    assert (
+        edge_hint(search, 1e-3)
+        == "the choice 0.001 is the lowest lr searched: search below it too (e.g. --grid 0.000333)"
+    )
+    assert edge_hint(search[:1], 1e-3) == "only lr 0.001 was searched: nothing was chosen against it"
+
+
 def test_tune_past_an_edge_chooses_among_every_point_searched(tiny_cli, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("CLBENCH_CACHE", str(tmp_path / "cache"))
     db = tmp_path / "r.duckdb"
     tune = ["tune", "--task", TASK, "--task-dir", str(tiny_cli.tasks), "--db", str(db), "--method", "et"]
     assert main([*tune, "--grid", "0.03"]) == 0
     assert main([*tune, "--grid", "0.001"]) == 0
-    assert "the stored search's 1 other point(s) on seeds [0] join the choice" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "the stored search's 1 other point(s) on seeds [0] join the choice" in err
+    assert "tune tiny-arith × et: only lr 0.03 was searched: nothing was chosen against it" in err
+    assert out.splitlines()[-2].split() == ["method", "0.001", "0.03", "chosen", "where"]
     tuned = Store(db).query("SELECT lr, score, search FROM tuned")
     search = json.loads(tuned.search[0])
     assert [p["lr"] for p in search] == [0.001, 0.03]

@@ -27,6 +27,12 @@ CELLS_NOTE = (
     "? not tested (one seed on either side)."
 )
 LM_EVAL_HEADING = "lm-eval checks (in-process, full softmax)"
+SEARCHES_HEADING = "Learning rates chosen on validation (clbench tune)"
+SEARCHES_NOTE = (
+    "Each choice is the lr with the lowest mean validation objective over the seeds searched; a cell is one lr "
+    "and that mean (inf: a seed diverged), the choice marked. where: a choice on an edge of its search was never "
+    "compared with an lr beyond it."
+)
 
 
 def esc(value) -> str:
@@ -146,6 +152,26 @@ def lm_eval_cells(checks: pd.DataFrame) -> pd.DataFrame:
     return cells.drop(columns=["adapted_ci", "delta", "delta_ci", "runs"]).assign(runs=checks.runs)
 
 
+def search_cells(searches: pd.DataFrame, task: str, escape=md, strong=lambda text: f"**{text}**") -> pd.DataFrame:
+    """A task's tuning choices (load.searches) as escaped cells; `strong` marks the chosen point. Empty
+    without any."""
+    part = searches[searches.task == task]
+
+    def points(row) -> str:
+        cells = [(escape(f"{p['lr']:g} {p['mean']:.4f}"), p["lr"] == row.lr) for p in row.search]
+        return " · ".join(strong(text) if chosen else text for text, chosen in cells)
+
+    return pd.DataFrame(
+        {
+            **{c: part[c].map(escape).tolist() for c in ["method", "model", "profile", "objective"]},
+            "seeds": [escape(",".join(map(str, r.search[0]["seeds"]))) for r in part.itertuples()],
+            "validation mean per lr": [points(r) for r in part.itertuples()],
+            "chosen": [escape(fmt_lr(lr)) for lr in part.lr],
+            "where": part["where"].map(escape).tolist(),
+        }
+    )
+
+
 # ---------------------------------------------------------------- tables
 
 
@@ -180,7 +206,8 @@ def markdown_table(cells: pd.DataFrame, best: pd.DataFrame, metrics: list[str]) 
 
 
 def markdown_board(board: Board) -> str:
-    """leaderboard.md: per task its headline metrics and lm-eval checks, then the runs kept out of the tables."""
+    """leaderboard.md: per task its headline metrics, lm-eval checks and tuning choices, then the runs kept out of
+    the tables."""
     sections = []
     for task in board.tasks:
         cells, best, _, metrics = wide(board.table, task)
@@ -190,7 +217,15 @@ def markdown_board(board: Board) -> str:
             if checks is None
             else f"\n### {LM_EVAL_HEADING}\n\n{markdown_table(lm_eval_cells(checks), pd.DataFrame(), [])}\n"
         )
-        sections.append(f"## {md(task)}\n\n{markdown_table(cells.drop(columns='task'), best, metrics)}\n{checks_md}")
+        chosen = pd.DataFrame() if board.searches is None else search_cells(board.searches, task)
+        chosen_md = (
+            f"\n### {SEARCHES_HEADING}\n\n{SEARCHES_NOTE}\n\n{chosen.to_markdown(index=False)}\n"
+            if len(chosen)
+            else ""
+        )
+        sections.append(
+            f"## {md(task)}\n\n{markdown_table(cells.drop(columns='task'), best, metrics)}\n{checks_md}{chosen_md}"
+        )
     kept = (
         ""
         if board.kept_out.empty

@@ -4,8 +4,9 @@ load() reads metric values from the `results` view and provenance from the `runs
 one row per run group (KEY) × metric: mean and std over seeds, the 95 % CI half-width (clbench/stats.py),
 the evaluation noise runs store, and the verdict against the best row of the task's column. read_board()
 adds the optional per-run tables a database may hold (stage matrix, curves, samples, generations, lm-eval
-checks): everything the leaderboard shows. Only reported runs are read (tuning runs on the validation split
-never are); only finished runs with metrics are aggregated, the rest are kept out with their reason.
+checks) and the tuning choices behind the lrs: everything the leaderboard shows. Only reported runs enter the
+tables (tuning runs on the validation split never do; their choices and searches are shown beside them); only
+finished runs with metrics are aggregated, the rest are kept out with their reason.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from clbench.lrsearch import edge
 from clbench.metrics import higher_is_better
 from clbench.stats import finite, mean_ci, verdict, welch_p
 from clbench.store import REPORTED, Store
@@ -164,6 +166,21 @@ def generations(store: Store) -> pd.DataFrame | None:
     return store.query(f"SELECT run_id, {', '.join(GENERATION_COLUMNS)} FROM generations ORDER BY run_id, number")
 
 
+def searches(store: Store) -> pd.DataFrame | None:
+    """The stored tuning choices (`clbench tune`), one row per tune key: task, method, model, profile, objective,
+    lr (the choice), score, search (its points, by lr) and where the choice sits in it (lrsearch.edge); None
+    without the table."""
+    if not has_table(store, "tuned"):
+        return None
+    rows = store.query(
+        "SELECT task, method, model, coalesce(profile, '') AS profile, objective, lr, score, search FROM tuned "
+        "ORDER BY task, method, model, profile, tune_key"
+    )
+    rows["search"] = [sorted(json.loads(s), key=lambda point: point["lr"]) for s in rows.search]
+    rows["where"] = [edge(s, lr) for s, lr in zip(rows.search, rows.lr)]
+    return rows
+
+
 def lm_eval_checks(store: Store, values: pd.DataFrame, task: str) -> pd.DataFrame | None:
     """A task's lm-eval checks of finished runs, per run group and lm-eval metric: the means of base, adapted and
     delta, the 95 % CI half-widths of the last two over runs, runs counted. None without any."""
@@ -205,6 +222,7 @@ class Board:
     samples: pd.DataFrame | None
     generations: pd.DataFrame | None
     checks: dict[str, pd.DataFrame | None]  # task → lm_eval_checks
+    searches: pd.DataFrame | None  # the tuning choices behind the lrs (searches)
 
     @property
     def tasks(self) -> list[str]:
@@ -228,4 +246,5 @@ def read_board(store: Store, values: pd.DataFrame, kept_out: pd.DataFrame, runs:
         samples=per_run_table(store, "samples"),
         generations=generations(store),
         checks={task: lm_eval_checks(store, values, task) for task in sorted(table.task.unique())},
+        searches=searches(store),
     )

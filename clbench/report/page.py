@@ -21,6 +21,8 @@ from clbench.metrics import headline
 from clbench.report.format import (
     KEPT_OUT_COLUMNS,
     LM_EVAL_HEADING,
+    SEARCHES_HEADING,
+    SEARCHES_NOTE,
     STICKY,
     arrow,
     definition,
@@ -29,6 +31,7 @@ from clbench.report.format import (
     html_table,
     lm_eval_cells,
     point_labels,
+    search_cells,
     table_rows,
     wide,
 )
@@ -66,14 +69,26 @@ def task_section(
     board: Board, t: int, task: str, cells: pd.DataFrame, best: pd.DataFrame, metrics: list[str], anchors: list[str]
 ) -> str:
     """The t-th task's section: its table (wide: cells, best, metrics; each row's run count linked to its anchor
-    in the provenance table), figures, lm-eval checks and, where runs stored samples, examples."""
+    in the provenance table), figures, lm-eval checks, the tuning choices and, where runs stored samples, examples."""
     figures = "".join(f'<figure class="plot">{p}</figure>' for p in task_plots(board, t, task, cells, metrics) if p)
     checks = board.checks.get(task)
     checks_table = "" if checks is None else html_table(lm_eval_cells(checks), pd.DataFrame(), [])
     checks_html = f'<h3>{LM_EVAL_HEADING}</h3><div class="scroll">{checks_table}</div>' if checks_table else ""
     examples = "" if board.samples is None else examples_html(board.samples, board.task_runs(task))
     table = html_table(cells.drop(columns="task"), best, metrics, anchors, sticky=STICKY)  # the heading names the task
-    return f'<section><h2>{esc(task)}</h2><div class="scroll">{table}</div>{figures}{checks_html}{examples}</section>'
+    body = f'<div class="scroll">{table}</div>{figures}{checks_html}{searches_html(board, task)}{examples}'
+    return f"<section><h2>{esc(task)}</h2>{body}</section>"
+
+
+def searches_html(board: Board, task: str) -> str:
+    """The task's tuning choices (format.search_cells), the chosen point bold; "" without any."""
+    if board.searches is None:
+        return ""
+    cells = search_cells(board.searches, task, escape=esc, strong=lambda text: f"<strong>{text}</strong>")
+    if cells.empty:
+        return ""
+    table = cells.to_html(index=False, escape=False, border=0, classes="sortable searches")
+    return f'<h3>{SEARCHES_HEADING}</h3><p>{esc(SEARCHES_NOTE)}</p><div class="scroll">{table}</div>'
 
 
 def overview_table(table: pd.DataFrame, tasks: list[str]) -> str:
