@@ -35,17 +35,23 @@ def edge(search: list[dict], lr: float) -> str:
     return "low edge" if lr == lrs[0] else "high edge" if lr == lrs[-1] else "inside"
 
 
-def edge_hint(search: list[dict], lr: float) -> str:
-    """A sentence for a choice on an edge: the next point past it, one grid step (the ratio of the two
-    outermost lrs on that side) further; "" for a choice inside its search."""
+def next_point(search: list[dict], lr: float) -> float | None:
+    """The lr one grid step past the edge a choice sits on (the ratio of the two outermost lrs on that side),
+    to 3 significant digits; None for a choice inside its search, or in a search of one point (no step)."""
     where, lrs = edge(search, lr), sorted(point["lr"] for point in search)
-    if where == "low edge":
-        return f"the choice {lr:g} is the lowest lr searched: search below it too (e.g. --grid {lrs[0] ** 2 / lrs[1]:.3g})"
-    if where == "high edge":
-        return (
-            f"the choice {lr:g} is the highest lr searched: search above it too "
-            f"(e.g. --grid {lrs[-1] ** 2 / lrs[-2]:.3g})"
-        )
+    if where not in ("low edge", "high edge"):
+        return None
+    step = lrs[0] ** 2 / lrs[1] if where == "low edge" else lrs[-1] ** 2 / lrs[-2]
+    step = float(f"{step:.3g}")
+    return None if step in lrs else step
+
+
+def edge_hint(search: list[dict], lr: float) -> str:
+    """A sentence for a choice on an edge, with the next point past it (next_point); "" for one inside."""
+    where, after = edge(search, lr), next_point(search, lr)
+    side = {"low edge": "lowest lr searched: search below", "high edge": "highest lr searched: search above"}
+    if where in side:
+        return f"the choice {lr:g} is the {side[where]} it too" + (f" (e.g. --grid {after:g})" if after else "")
     if where == "one point":
         return f"only lr {lr:g} was searched: nothing was chosen against it"
     return ""

@@ -13,18 +13,19 @@ smaller lr; a point that diverged, or scored non-finite, is never chosen. The ch
 search are stored in the `tuned` table, keyed by everything the run depends on but lr and seed,
 so `clbench run --tuned` applies it exactly where it was made. A later `tune` of the same key
 extends the stored search: its points on the same seeds are kept beside the new grid's, so
-`--grid 1e-2` past an edge chooses among every point searched, not that one alone; a choice on an edge
-of its search is said so, with the next point to try. The search's rules are clbench/lrsearch.py.
+`--grid 1e-2` past an edge chooses among every point searched, not that one alone; `--past-edges N` takes
+up to N such steps itself, and a choice left on an edge of its search is said so, with the next point to try. The search's rules are clbench/lrsearch.py.
 """
 
 from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from clbench.errors import ClbenchError
-from clbench.lrsearch import choose, edge, edge_hint, extended, mean
+from clbench.lrsearch import choose, edge, edge_hint, extended, mean, next_point
 from clbench.method import MethodSpec
 from clbench.metrics import higher_is_better
 from clbench.protocol import execute, plan
@@ -51,11 +52,13 @@ def tune(
     session,
     grid: list[float] | None = None,
     options: dict | None = None,
+    past_edges: int = 0,
     log=lambda message: print(message, file=sys.stderr),
     **how,
 ) -> list[Choice]:
     """how: RunSpec.make's model, profile, init, n_train, param_overrides, budget_overrides (the same for every
-    point). → one Choice per method, also stored."""
+    point). past_edges: while a choice sits on an edge of its search, up to this many more points, each one grid
+    step past it (lrsearch.next_point). → one Choice per method, also stored."""
     objective = task.spec.tune_metric
     if higher_is_better(objective):
         raise ClbenchError(f"task {task.name!r}: tune_metric {objective!r} must be a lower-is-better metric")
@@ -66,57 +69,78 @@ def tune(
     for method in methods:
         if not grids[method.name]:
             raise ClbenchError(f"method {method.name!r} declares no lr grid: give one with --grid")
-    # every point is planned, so every input checked, before the first run trains or writes
-    plans = {
-        (method.name, lr, seed): plan(
-            RunSpec.make(task.name, method.name, seed=seed, split="validation", options={**options, "lr": lr}, **how),
-            task,
-            method,
-            session=session,
-        )
-        for method in methods
-        for lr in grids[method.name]
-        for seed in seeds
-    }
-    choices = []
-    for method in methods:
-        search = []
+
+    searcher = Searcher(task, seeds, store, session, options, how, objective, log)
+    for method in methods:  # every point of the grids planned, so every input checked, before a run trains or writes
         for lr in grids[method.name]:
-            outcomes = [execute(plans[method.name, lr, seed], store=store, session=session) for seed in seeds]
-            values = [_value(store, o.run_id, objective) for o in outcomes]
-            search.append(
-                {
-                    "lr": lr,
-                    "seeds": seeds,
-                    "values": values,
-                    "mean": mean(values),
-                    "run_ids": [o.run_id for o in outcomes],
-                }
-            )
-            log(f"  tune {task.name} × {method.name}: lr {lr:g}  validation {objective} {mean(values):.4f}")
-        first = plans[
-            method.name, grids[method.name][0], seeds[0]
-        ]  # the key and model of the choice (lr is not in the key)
-        key = tune_key(first.config, options)
-        search = extended(store.tuned_search(key), search, log=log)
+            searcher.plan(method, lr)
+    return [searcher.choose(method, grids[method.name], past_edges) for method in methods]
+
+
+@dataclass
+class Searcher:
+    """One `tune` command's searches: every point planned, run, scored and logged the same way."""
+
+    task: Task
+    seeds: list[int]
+    store: Store
+    session: object
+    options: dict
+    how: dict
+    objective: str
+    log: Callable[[str], None]
+    plans: dict = field(default_factory=dict)  # (method, lr, seed) → its plan
+
+    def plan(self, method: MethodSpec, lr: float) -> list:
+        """The point's runs, one per seed, planned once."""
+        for seed in self.seeds:
+            if (method.name, lr, seed) not in self.plans:
+                options = {**self.options, "lr": lr}
+                spec = RunSpec.make(
+                    self.task.name, method.name, seed=seed, split="validation", options=options, **self.how
+                )
+                self.plans[method.name, lr, seed] = plan(spec, self.task, method, session=self.session)
+        return [self.plans[method.name, lr, seed] for seed in self.seeds]
+
+    def point(self, method: MethodSpec, lr: float) -> dict:
+        outcomes = [execute(run, store=self.store, session=self.session) for run in self.plan(method, lr)]
+        values = [_value(self.store, o.run_id, self.objective) for o in outcomes]
+        self.log(f"  tune {self.task.name} × {method.name}: lr {lr:g}  validation {self.objective} {mean(values):.4f}")
+        run_ids = [o.run_id for o in outcomes]
+        return {"lr": lr, "seeds": self.seeds, "values": values, "mean": mean(values), "run_ids": run_ids}
+
+    def choose(self, method: MethodSpec, grid: list[float], past_edges: int) -> Choice:
+        """The grid searched (joined by the stored search of its key), then up to past_edges points past an
+        edge; the choice stored."""
+        search = [self.point(method, lr) for lr in grid]
+        first = self.plans[method.name, grid[0], self.seeds[0]]  # the key and model (lr is not in the key)
+        key = tune_key(first.config, self.options)
+        search = extended(self.store.tuned_search(key), search, log=self.log)
         best = choose(search)
+        said = f"  tune {self.task.name} × {method.name}:"
+        for _ in range(past_edges):
+            lr = next_point(search, best["lr"])
+            if lr is None:
+                break
+            self.log(f"{said} the choice {best['lr']:g} is on the {edge(search, best['lr'])}: one more point, {lr:g}")
+            search = sorted([*search, self.point(method, lr)], key=lambda p: p["lr"])
+            best = choose(search)
         if hint := edge_hint(search, best["lr"]):
-            log(f"  tune {task.name} × {method.name}: {hint}")
-        store.record_tuned(
+            self.log(f"{said} {hint}")
+        self.store.record_tuned(
             {
                 "tune_key": key,
-                "task": task.name,
+                "task": self.task.name,
                 "method": method.name,
                 "model": first.base.ref,
-                "profile": how.get("profile"),
-                "objective": objective,
+                "profile": self.how.get("profile"),
+                "objective": self.objective,
                 "lr": best["lr"],
                 "score": best["mean"],
                 "search": search,
             }
         )
-        choices.append(Choice(method.name, best["lr"], best["mean"], objective, search))
-    return choices
+        return Choice(method.name, best["lr"], best["mean"], self.objective, search)
 
 
 def _value(store: Store, run_id: str, metric: str) -> float:

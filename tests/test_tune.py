@@ -10,7 +10,7 @@ from tiny_setup import TASK
 
 from clbench.cli import main
 from clbench.errors import ClbenchError
-from clbench.lrsearch import choose, edge, edge_hint, extended
+from clbench.lrsearch import choose, edge, edge_hint, extended, next_point
 from clbench.protocol import Session, validation_data
 from clbench.store import Store
 from clbench.taskspec import load_tasks
@@ -47,6 +47,9 @@ def test_a_choice_on_an_edge_of_its_search_is_named_with_the_next_point_past_it(
         == "the choice 0.001 is the lowest lr searched: search below it too (e.g. --grid 0.000333)"
     )
     assert edge_hint(search[:1], 1e-3) == "only lr 0.001 was searched: nothing was chosen against it"
+    # one grid step past the edge, to 3 significant digits; none inside, none without a step, none already searched
+    assert [next_point(search, lr) for lr in (1e-3, 3e-3, 3e-2)] == [0.000333, None, 0.09]
+    assert next_point(search[:1], 1e-3) is None and next_point([{"lr": 1.0}, {"lr": 1.0001}], 1.0) is None
 
 
 def test_tune_past_an_edge_chooses_among_every_point_searched(tiny_cli, tmp_path, capsys, monkeypatch):
@@ -64,6 +67,21 @@ def test_tune_past_an_edge_chooses_among_every_point_searched(tiny_cli, tmp_path
     assert [p["lr"] for p in search] == [0.001, 0.03]
     best = min(search, key=lambda p: p["mean"])
     assert (tuned.lr[0], tuned.score[0]) == (best["lr"], best["mean"])
+
+
+def test_past_edges_searches_one_grid_step_past_the_edge_the_choice_sits_on(tiny_cli, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("CLBENCH_CACHE", str(tmp_path / "cache"))
+    db = tmp_path / "r.duckdb"
+    tune = ["tune", "--task", TASK, "--task-dir", str(tiny_cli.tasks), "--db", str(db), "--method", "et"]
+    assert main([*tune, "--grid", "0.001,0.003", "--past-edges", "1"]) == 0
+    search = json.loads(Store(db).query("SELECT search FROM tuned").search[0])
+    # of two points the choice sits on an edge either way; one step past it (the grid's ratio 3) joins the search
+    means = {p["lr"]: p["mean"] for p in search}
+    first = 0.001 if means[0.001] <= means[0.003] else 0.003  # choose's rule: the lowest mean, ties to the smaller lr
+    past, where = {0.001: (0.000333, "low edge"), 0.003: (0.009, "high edge")}[first]
+    assert sorted(means) == sorted([0.001, 0.003, past])
+    message = f"tune tiny-arith × et: the choice {first:g} is on the {where}: one more point, {past:g}"
+    assert message in capsys.readouterr().err
 
 
 def test_the_validation_split_is_disjoint_from_everything_reported(tiny_cli):
