@@ -88,7 +88,7 @@ def searches_html(board: Board, task: str) -> str:
     if cells.empty:
         return ""
     table = cells.to_html(index=False, escape=False, border=0, classes="sortable searches")
-    return f'<h3>{SEARCHES_HEADING}</h3><p>{esc(SEARCHES_NOTE)}</p><div class="scroll">{table}</div>'
+    return f'<h3>{SEARCHES_HEADING}</h3><p class="note">{esc(SEARCHES_NOTE)}</p><div class="scroll">{table}</div>'
 
 
 def overview_table(table: pd.DataFrame, tasks: list[str]) -> str:
