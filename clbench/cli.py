@@ -116,7 +116,7 @@ COMMAND_LINE = {  # command → (help, [option or (option, overrides) or (positi
         "choose each method's lr on the task's validation split (never its test sets); store the choice",
         [("--task", ONE_TASK), "--method", ("--seeds", {"help": "comma-separated seeds; the choice minimises their mean"}),
          ("--grid", {"help": "comma-separated learning rates (default: each method's declared grid)"}),
-         ("--past-edges", {"type": positive_int, "metavar": "N", "help": "while a choice sits on an edge of its "
+         ("--past-edges", {"type": positive_int, "default": 0, "metavar": "N", "help": "while a choice sits on an edge of its "
           "search, up to N more lrs, each one grid step past it (default: none)"}), "--model",
          "--profile", "--init", ("--set", {"help": "another method option"}), "--param", "--budget", "--device",
          "--db", "--task-dir"],
@@ -326,7 +326,7 @@ def cmd_tune(args) -> int:
     store.check()
     choices = tune(
         task, chosen, seeds=seeds, store=store, session=Session(device=args.device), grid=grid, options=options,
-        past_edges=args.past_edges or 0,
+        past_edges=args.past_edges,
         model=args.model, profile=args.profile, init=args.init,
         param_overrides=parse_options(args.param, "--param"),
         budget_overrides=parse_options(args.budget, "--budget"),
