@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+from pathlib import Path
 
 import pytest
 from tiny_setup import TASK
@@ -150,3 +153,40 @@ def test_a_task_file_ships_lrs_per_profile(tiny_cli, tmp_path, capsys, monkeypat
     capsys.readouterr()
     config = json.loads(Store(db).query("SELECT config FROM runs").config[0])
     assert config["method_config"]["lr"] == 0.0123 and config["split"] == "test"
+
+
+XLING_SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "xling_cpu.sh"
+
+
+def _xling_chain(tmp_path, *methods):
+    """bench/xling_cpu.sh with a `clbench` on PATH that only logs its arguments: the commands it would run."""
+    (tmp_path / "bin").mkdir()
+    fake = tmp_path / "bin" / "clbench"
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path / "calls"}\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["bash", str(XLING_SCRIPT), "xling-de", "de.duckdb", *methods], env=env, capture_output=True, text=True
+    )
+    calls = (tmp_path / "calls").read_text().splitlines() if (tmp_path / "calls").exists() else []
+    return done, calls
+
+
+def test_the_xling_chain_searches_around_each_methods_xling_es_choice_then_runs_three_seeds(tmp_path):
+    done, calls = _xling_chain(tmp_path, "distill", "fft")
+    assert done.returncode == 0, done.stderr
+    # tasks/xling-es.yaml's cpu choices: distill 1e-3, fft 1e-4 (c/3, c, 3c at 3 significant digits)
+    x = "--task xling-de --profile cpu --method {} --db de.duckdb"
+    assert calls == [
+        f"tune {x.format('distill')} --grid 0.000333,0.001,0.003 --past-edges 2 --seeds 0",
+        f"run {x.format('distill')} --tuned --seeds 0,1,2",
+        f"tune {x.format('fft')} --grid 3.33e-05,0.0001,0.0003 --past-edges 2 --seeds 0",
+        f"run {x.format('fft')} --tuned --seeds 0,1,2",
+    ]
+
+
+def test_the_xling_chain_stops_before_any_run_at_a_method_xling_es_has_no_choice_for(tmp_path):
+    done, calls = _xling_chain(tmp_path, "nosuch", "et")
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1] == "bench/xling_cpu.sh: no xling-es-cpu choice for method 'nosuch'"
+    assert calls == []

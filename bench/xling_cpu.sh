@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The xling-de-cpu and xling-ar-cpu protocol, one method after another: each method's lr searched on validation
+# (seed 0) on the grid c/3, c, 3c around its xling-es-cpu choice c, up to two more points past an edge the choice
+# falls on, then seeds 0,1,2 on the test split at the choice. Finished runs are kept, so a stopped chain resumes
+# where it stopped when started again on the same database.
+#
+#   bench/xling_cpu.sh xling-de results.duckdb distill et-full lora
+set -euo pipefail
+if [ $# -lt 3 ]; then
+    echo "usage: bench/xling_cpu.sh TASK DB METHOD..." >&2
+    exit 2
+fi
+task=$1 db=$2
+shift 2
+# c/3, c, 3c around each method's xling-es-cpu choice c, read from tasks/xling-es.yaml, at 3 significant digits
+grid_of() {
+    python3 -c '
+import sys
+from clbench.taskspec import load_tasks
+c = load_tasks().get("xling-es").lrs("cpu").get(sys.argv[1])
+if c is None:
+    sys.exit(f"bench/xling_cpu.sh: no xling-es-cpu choice for method {sys.argv[1]!r}")
+print(",".join(f"{x:.3g}" for x in (c / 3, c, 3 * c)))' "$1"
+}
+for method in "$@"; do
+    grid=$(grid_of "$method")
+    args=(--task "$task" --profile cpu --method "$method" --db "$db")
+    echo "== $(date -u +%FT%TZ) $task $method: search $grid"
+    clbench tune "${args[@]}" --grid "$grid" --past-edges 2 --seeds 0
+    echo "== $(date -u +%FT%TZ) $task $method: test, seeds 0,1,2"
+    clbench run "${args[@]}" --tuned --seeds 0,1,2
+done
+echo "== $(date -u +%FT%TZ) done"
