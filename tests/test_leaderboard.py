@@ -6,12 +6,13 @@ import statistics
 
 import duckdb
 import numpy as np
+import pandas as pd
 import pytest
 from leaderboard_db import EVIL, SEEDED, record, seeds_db, tiny_db
 
 from clbench.cli import main, summary
 from clbench.report.leaderboard import build
-from clbench.report.load import aggregate, load
+from clbench.report.load import aggregate, best_mask, load
 from clbench.report.plots import pareto_front, quality_metric
 
 
@@ -255,3 +256,12 @@ def test_each_task_shows_its_tuning_choices_with_the_chosen_point_and_where_it_s
     assert "<td><strong>0.0001 0.5000</strong> · 0.0003 0.7500</td>" in page
     assert "<td>&lt;script&gt;alert(1)&lt;/script&gt;</td>" in page.split("<h3>Learning rates chosen")[2]
     assert page.count("<script") == 1 and EVIL not in text and text.count("### Learning rates chosen") == 2
+
+
+def test_a_base_property_stored_a_few_ulps_apart_ranks_nothing_and_near_ties_share_the_best():
+    # xling-de's target_bpb_base as runs from two processes stored it: one number, 1.7e-8 relative apart
+    base = pd.Series([3.2287070052617133, 3.2287070608247506, 3.2287070052617133, np.nan])
+    assert best_mask(base, "target_bpb_base").tolist() == [False, False, False, False]
+    loss = pd.Series([2.0, 2.0 + 1e-9, 2.5, np.nan])
+    assert best_mask(loss, "target_loss").tolist() == [True, True, False, False]
+    assert best_mask(pd.Series([0.7, 0.9, 0.9 - 1e-5]), "target_top1").tolist() == [False, True, False]

@@ -36,6 +36,9 @@ def test_welch_p_matches_the_welch_formula_and_needs_two_seeds_a_side():
     assert welch_p([0.8], [0.1, 0.2]) is None and welch_p([0.1, 0.2], [0.9]) is None
     assert welch_p([0.0, 0.0, 0.0], [0.0, 0.0]) == 1.0  # neither varies, same value: no difference
     assert welch_p([0.0, 0.0, 0.0], [1.0, 1.0, 1.0]) == 0.0  # neither varies, different values
+    # neither varies, one value computed in two processes (xling-de's target_bpb_base): the same number
+    assert welch_p([3.2287070052617133] * 3, [3.2287070608247506] * 3) == 1.0
+    assert welch_p([3.2287] * 3, [3.2288] * 3) == 0.0  # 3e-5 apart: a difference, however small
 
 
 def test_verdict_against_the_best():

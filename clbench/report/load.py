@@ -19,7 +19,7 @@ import pandas as pd
 
 from clbench.lrsearch import edge
 from clbench.metrics import higher_is_better
-from clbench.stats import finite, mean_ci, verdict, welch_p
+from clbench.stats import finite, mean_ci, same, verdict, welch_p
 from clbench.store import REPORTED, Store
 
 KEY = ["task", "method", "model", "settings", "n_train"]  # a run group: one row of the tables, over its seeds
@@ -120,14 +120,15 @@ def compare_with_best(table: pd.DataFrame, samples: list[np.ndarray]) -> tuple[l
 def best_mask(means: pd.Series, metric: str) -> pd.Series:
     """Rows holding the best mean of a column (ties all marked).
 
-    Nothing is marked where the metric declares no direction or every row has the same value
-    (a property of the base model, such as old_loss_base, ranks nothing).
+    Nothing is marked where the metric declares no direction or every row has the same value up to
+    float rounding (a property of the base model, such as old_loss_base, ranks nothing, though runs made in
+    different processes store it a few ulps apart). A mean within float rounding of the best is a tie.
     """
-    better = direction(metric)
-    if better is None or means.dropna().nunique() < 2:
+    better, values = direction(metric), means.dropna()
+    if better is None or all(same(v, values.iloc[0]) for v in values):
         return pd.Series(False, index=means.index)
-    best = means.max() if better else means.min()
-    return means == best
+    best = values.max() if better else values.min()
+    return means.map(lambda m: same(m, best))
 
 
 def rank_fractions(means: pd.Series, metric: str) -> pd.Series:
