@@ -12,7 +12,7 @@ from leaderboard_db import EVIL, SEEDED, record, seeds_db, tiny_db
 
 from clbench.cli import main, summary
 from clbench.report.leaderboard import build
-from clbench.report.load import aggregate, best_mask, load
+from clbench.report.load import aggregate, best_mask, load, rank_fractions
 from clbench.report.plots import pareto_front, quality_metric
 
 
@@ -265,3 +265,12 @@ def test_a_base_property_stored_a_few_ulps_apart_ranks_nothing_and_near_ties_sha
     loss = pd.Series([2.0, 2.0 + 1e-9, 2.5, np.nan])
     assert best_mask(loss, "target_loss").tolist() == [True, True, False, False]
     assert best_mask(pd.Series([0.7, 0.9, 0.9 - 1e-5]), "target_top1").tolist() == [False, True, False]
+
+
+def test_the_colour_rank_ties_what_best_mask_ties():
+    # before: 2.0 and 2.0 + 1e-9 ranked 1 and 2, so a row bolded as best was coloured second
+    loss = rank_fractions(pd.Series([2.0, 2.0 + 1e-9, 2.5, 3.0, np.nan]), "target_loss")
+    assert loss.iloc[:4].tolist() == [0.0, 0.0, 2 / 3, 1.0] and np.isnan(loss.iloc[4])
+    assert rank_fractions(pd.Series([0.7, 0.9, 0.9 - 1e-5]), "target_top1").tolist() == [1.0, 0.0, 0.5]
+    assert rank_fractions(pd.Series([1.0, 1.0 + 1e-9]), "target_loss").isna().all()  # one value: nothing to rank
+    assert rank_fractions(pd.Series([3.2287070052617133, 3.2287070608247506]), "target_bpb_base").isna().all()

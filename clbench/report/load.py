@@ -133,10 +133,19 @@ def best_mask(means: pd.Series, metric: str) -> pd.Series:
 
 def rank_fractions(means: pd.Series, metric: str) -> pd.Series:
     """Per row, its rank in the column scaled to 0 (best) … 1 (worst), ties sharing the better rank;
-    NaN where the column ranks nothing (best_mask) or the row has no value."""
+    NaN where the column ranks nothing (best_mask) or the row has no value.
+
+    Ties are best_mask's: means within float rounding (stats.same) share a rank, so a row the table
+    bolds as best is always coloured as best."""
     if not best_mask(means, metric).any():
         return pd.Series(np.nan, index=means.index)
-    ranks = means.rank(method="min", ascending=not direction(metric))
+    sign = 1.0 if direction(metric) else -1.0
+    values = means.dropna()
+
+    def rank(m: float) -> float:
+        return 1.0 + sum(sign * (v - m) > 0 and not same(v, m) for v in values)
+
+    ranks = means.map(lambda m: np.nan if pd.isna(m) else rank(m))
     worst = ranks.max()
     return (ranks - 1) / (worst - 1) if worst > 1 else ranks * 0.0
 
