@@ -185,9 +185,7 @@ def reconstruct(store, run_id: str, session, task_dirs: list[Path]) -> dict:
 
     rebuilt = rebuild(store, run_id, session, task_dirs)
     if rebuilt.largest_difference > 1e-6:
-        log(
-            f"  warning: run {run_id} did not rebuild exactly (non-deterministic kernels?); lm-eval scores the rebuilt model"
-        )
+        log(f"  warning: run {run_id} did not rebuild exactly ({rebuilt.why()}); lm-eval scores the rebuilt model")
     return rebuilt.captured
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import platform
 import subprocess
 from functools import cache
 from pathlib import Path
@@ -12,13 +13,35 @@ PACKAGES = ("clbench", "torch", "transformers", "tokenizers", "peft", "datasets"
 
 @cache
 def versions() -> dict[str, str | None]:
+    """The packages' versions and the CPU's model: a CPU run rebuilt on another CPU can round differently, and
+    training carries that far (docs/reliability.md), so the record says which CPU made it."""
     found = {}
     for name in PACKAGES:
         try:
             found[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             found[name] = None
-    return found
+    return found | {"cpu": cpu_model()}
+
+
+def cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or None
+
+
+def differences(recorded: dict | None, here: dict) -> list[str]:
+    """Each entry of `here` that a run's recorded versions lack or hold otherwise, as 'name recorded (here value)'."""
+    recorded = recorded or {}
+    return [
+        f"{name} {recorded.get(name) or 'not recorded'} (here {value})"
+        for name, value in here.items()
+        if recorded.get(name) != value
+    ]
 
 
 @cache

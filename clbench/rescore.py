@@ -22,6 +22,7 @@ from pathlib import Path
 from clbench.errors import ClbenchError
 from clbench.method import methods
 from clbench.protocol import execute, log, plan
+from clbench.provenance import differences, versions
 from clbench.spec import RunSpec
 from clbench.store import Store
 from clbench.taskspec import load_tasks
@@ -46,11 +47,18 @@ class Rebuilt:
     stage_matrix: list[tuple]  # (after_stage, eval_stage, metric, value)
     largest_difference: float  # over REPRODUCED, relative to max(1, |stored|)
     captured: dict  # base, data, model, tokenizer of the rebuilt run
+    elsewhere: list[str]  # what of the run's recorded versions and CPU differs here (provenance.differences)
+
+    def why(self) -> str:
+        """The sentence a refusal ends with: where the rebuild ran unlike the run."""
+        if not self.elsewhere:
+            return "it was made with these versions on this CPU"
+        return "it was made with " + ", ".join(self.elsewhere)
 
 
 def rebuild(store, run_id: str, session, task_dirs: list[Path]) -> Rebuilt:
     """The finished run `run_id` trained again from its record (module docstring)."""
-    found = store.query("SELECT status, config FROM runs WHERE run_id = ?", [run_id])
+    found = store.query("SELECT status, config, versions FROM runs WHERE run_id = ?", [run_id])
     if found.empty:
         raise ClbenchError(f"no run {run_id!r} in {store.path}")
     if found.status[0] != "finished":
@@ -85,7 +93,12 @@ def rebuild(store, run_id: str, session, task_dirs: list[Path]) -> Rebuilt:
         default=0.0,
     )
     log(f"  rebuilt run {run_id}: largest difference from its stored quality metrics {difference:.3g}")
-    return Rebuilt(outcome.metrics, [tuple(r) for r in matrix.itertuples(index=False)], difference, captured)
+    recorded = found.versions[0]
+    recorded = json.loads(recorded) if isinstance(recorded, str) else recorded
+    elsewhere = differences(recorded, versions())
+    return Rebuilt(
+        outcome.metrics, [tuple(r) for r in matrix.itertuples(index=False)], difference, captured, elsewhere
+    )
 
 
 def selected(store, *, runs=None, tasks=None, method_names=None, split: str = "test", missing: str) -> list[str]:
@@ -112,6 +125,6 @@ def rescore(store, run_id: str, session, task_dirs: list[Path], *, tolerance: fl
     if rebuilt.largest_difference > tolerance:
         raise ClbenchError(
             f"run {run_id} did not rebuild exactly (largest relative difference {rebuilt.largest_difference:.3g} "
-            f"> {tolerance:g}): left as it was"
+            f"> {tolerance:g}): left as it was; {rebuilt.why()}"
         )
     return store.add_metrics(run_id, rebuilt.metrics, rebuilt.stage_matrix)

@@ -10,6 +10,7 @@ import duckdb
 import pytest
 
 from clbench.cli import main
+from clbench.provenance import cpu_model, differences, versions
 from clbench.records import RecordStore, merge
 from clbench.store import Store
 
@@ -52,10 +53,20 @@ def test_a_run_that_does_not_rebuild_exactly_is_left_as_it_was(tiny_cli, made, c
     with duckdb.connect(str(old)) as connection:
         connection.execute("UPDATE metrics SET value = value + 0.01 WHERE metric = 'target_loss' AND run_id IN "
                            "(SELECT run_id FROM runs WHERE method = 'fft')")  # fmt: skip
+        # as if made elsewhere: another CPU, and before the record named its CPU the torch entry alone
+        connection.execute("UPDATE runs SET versions = json_object('torch', '0.0.1') WHERE method = 'fft'")
     before = values(Store(old))
     assert main(["rescore", "--db", str(old), "--task-dir", str(tiny_cli.tasks)]) == 2
     captured = capsys.readouterr()
     assert "not rescored: run " in captured.err and "did not rebuild exactly" in captured.err
+    refusal = next(line for line in captured.err.splitlines() if "not rescored: run " in line)
+    here = versions()
+    assert refusal.endswith(
+        "left as it was; it was made with "
+        + ", ".join(
+            f"{name} {'0.0.1' if name == 'torch' else 'not recorded'} (here {value})" for name, value in here.items()
+        )
+    )
     assert captured.err.strip().splitlines()[-1] == "clbench: error: 1 of 2 runs not rescored (above); the others were"
     after = values(Store(old))
     assert {k: v for k, v in after.items() if k in before} == before
@@ -86,3 +97,14 @@ def test_an_undeclared_metric_is_refused_in_one_line(tiny_cli, made, capsys):
     assert main(["rescore", "--db", str(old), "--missing", "drift_kl_olvocab"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("clbench: error: ") and "drift_kl_oldvocab" in err[0]
+
+
+def test_differences_name_what_a_record_lacks_or_holds_otherwise():
+    here = {"torch": "2.13.0+cpu", "transformers": "5.25.0", "cpu": "Intel(R) Xeon(R) Processor"}
+    recorded = {"torch": "2.13.0+cpu", "transformers": "5.24.0"}  # a record from before the CPU was named
+    assert differences(recorded, here) == [
+        "transformers 5.24.0 (here 5.25.0)",
+        "cpu not recorded (here Intel(R) Xeon(R) Processor)",
+    ]
+    assert differences(here, here) == [] and differences(None, {"cpu": "x"}) == ["cpu not recorded (here x)"]
+    assert versions()["cpu"] == cpu_model() and isinstance(cpu_model(), str) and cpu_model()
