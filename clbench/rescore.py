@@ -93,9 +93,7 @@ def rebuild(store, run_id: str, session, task_dirs: list[Path]) -> Rebuilt:
         default=0.0,
     )
     log(f"  rebuilt run {run_id}: largest difference from its stored quality metrics {difference:.3g}")
-    recorded = found.versions[0]
-    recorded = json.loads(recorded) if isinstance(recorded, str) else recorded
-    elsewhere = differences(recorded, versions())
+    elsewhere = differences(json.loads(found.versions[0] or "null"), versions())  # as the config: JSON text
     return Rebuilt(
         outcome.metrics, [tuple(r) for r in matrix.itertuples(index=False)], difference, captured, elsewhere
     )
