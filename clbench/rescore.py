@@ -100,7 +100,12 @@ def rebuild(store, run_id: str, session, task_dirs: list[Path]) -> Rebuilt:
 
 
 def selected(store, *, runs=None, tasks=None, method_names=None, split: str = "test", missing: str) -> list[str]:
-    """The finished runs to rescore: those named, or of these tasks and methods and split, that lack `missing`."""
+    """The finished runs to rescore: those named, or of these tasks and methods and split, that lack `missing`.
+    A named run the store does not hold is bad input, not a run with nothing to add."""
+    if runs:
+        held = set(store.query(f"SELECT run_id FROM runs WHERE run_id IN ({', '.join('?' * len(runs))})", runs).run_id)
+        if unknown := [run_id for run_id in runs if run_id not in held]:
+            raise ClbenchError(f"no run {', '.join(map(repr, unknown))} in {store.path}")
     where, params = (
         ["r.status = 'finished'", "NOT EXISTS (SELECT 1 FROM metrics m WHERE m.run_id = r.run_id AND m.metric = ?)"],
         [missing],

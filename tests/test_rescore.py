@@ -108,3 +108,12 @@ def test_differences_name_what_a_record_lacks_or_holds_otherwise():
     ]
     assert differences(here, here) == [] and differences(None, {"cpu": "x"}) == ["cpu not recorded (here x)"]
     assert versions()["cpu"] == cpu_model() and isinstance(cpu_model(), str) and cpu_model()
+
+
+def test_a_named_run_the_store_lacks_is_refused_in_one_line(tiny_cli, made, capsys):
+    _, old = made
+    before = old.read_bytes()
+    assert main(["rescore", "--db", str(old), "--run", "0123456789abcdef"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"clbench: error: no run '0123456789abcdef' in {old}"]
+    assert old.read_bytes() == before
