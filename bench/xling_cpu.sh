@@ -5,6 +5,9 @@
 # where it stopped when started again on the same database.
 #
 #   bench/xling_cpu.sh xling-de results.duckdb distill et-full lora
+#
+# CENTRE=pseudowords takes each c from that task's cpu choices instead (the republication of issue 37); the
+# control nonew, which trains as fft does, is centred on fft's choice where the task has none of its own.
 set -euo pipefail
 if [ $# -lt 3 ]; then
     echo "usage: bench/xling_cpu.sh TASK DB METHOD..." >&2
@@ -12,15 +15,16 @@ if [ $# -lt 3 ]; then
 fi
 task=$1 db=$2
 shift 2
-# c/3, c, 3c around each method's xling-es-cpu choice c, read from tasks/xling-es.yaml, at 3 significant digits
+# c/3, c, 3c around each method's cpu choice c in the centre task's file (xling-es), at 3 significant digits
 grid_of() {
     python3 -c '
 import sys
 from clbench.taskspec import load_tasks
-c = load_tasks().get("xling-es").lrs("cpu").get(sys.argv[1])
+lrs = load_tasks().get(sys.argv[2]).lrs("cpu")
+c = lrs.get(sys.argv[1], lrs.get("fft") if sys.argv[1] == "nonew" else None)
 if c is None:
-    sys.exit(f"bench/xling_cpu.sh: no xling-es-cpu choice for method {sys.argv[1]!r}")
-print(",".join(f"{x:.3g}" for x in (c / 3, c, 3 * c)))' "$1"
+    sys.exit(f"bench/xling_cpu.sh: no {sys.argv[2]}-cpu choice for method {sys.argv[1]!r}")
+print(",".join(f"{x:.3g}" for x in (c / 3, c, 3 * c)))' "$1" "${CENTRE:-xling-es}"
 }
 for method in "$@"; do
     grid=$(grid_of "$method")

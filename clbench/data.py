@@ -1,8 +1,13 @@
 """Task data, and turning it into padded batches with a loss mask.
 
-Every sequence is  [bos] prompt completion [eos]; the loss (and exact-match accuracy) covers
-the completion and the eos, so "12" never scores as "123". Plain text is a completion with an
-empty prompt: every token after bos counts.
+Every training sequence is  [bos] prompt completion [eos]; its loss covers the completion and the eos.
+Plain text is a completion with an empty prompt: every token after bos counts.
+
+Scoring reads the same windows under one rule (`scored` below, docs/metrics.md "What is scored"): a position
+is scored when its target is text the task is about. Two positions of a window are the window's format, not
+knowledge, and are not scored: the first token predicted from bos alone (an empty prompt: what a window starts
+with), and an eos the harness appended to a cut passage. A task whose completions end where the text ends
+declares `eos_is_content` (arithmetic: the answer's end, so "12" never scores as "123").
 """
 
 from __future__ import annotations
@@ -77,6 +82,13 @@ class TaskData:
     # whether a completion is a short answer that can be matched whole (arithmetic's value); a free-text
     # continuation never is (a 6-word continuation is 0 for every method): target_acc is then not reported
     exact_match: bool = True
+    # the eos after each completion is where the text ends (arithmetic's answer), a thing to learn and score;
+    # otherwise it is the harness's, appended to a cut window, and not scored (Scoring, the module docstring)
+    eos_is_content: bool = False
+
+    @property
+    def scoring(self) -> Scoring:
+        return scored(self.eos_is_content)
 
     def check(self, task: str) -> None:
         """What a generator must guarantee about its splits; a violation is the generator's bug."""
@@ -117,28 +129,63 @@ class TaskData:
 class Encoded:
     ids: list[int]
     loss_from: int  # positions >= loss_from are predicted targets (index into ids)
+    # UTF-8 bytes of the completion text the targets cover (bits per byte); 0 where not counted (training)
+    scored_bytes: int = 0
 
 
-def encode(tokenizer, prompt: str, completion: str, max_length: int) -> Encoded:
+@dataclass(frozen=True)
+class Scoring:
+    """Which positions of a window are targets: training reads them all (TRAINING); evaluation reads what the
+    rule of the module docstring leaves (scored())."""
+
+    from_bos: bool  # the first token predicted from bos alone (a window with an empty prompt)
+    eos: bool  # the eos appended after the completion
+
+
+TRAINING = Scoring(from_bos=True, eos=True)
+
+
+def scored(eos_is_content: bool) -> Scoring:
+    """The scoring rule for a task: a first token from bos alone is never scored, an appended eos only where the
+    task declares it content (tasks' `eos_is_content`)."""
+    return Scoring(from_bos=False, eos=eos_is_content)
+
+
+def encode(tokenizer, prompt: str, completion: str, max_length: int, scoring: Scoring = TRAINING) -> Encoded:
     bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
     head = bos + tokenizer.encode(prompt, add_special_tokens=False)
-    tail = tokenizer.encode(completion, add_special_tokens=False) + [tokenizer.eos_token_id]
-    ids = head + tail
+    body = tokenizer.encode(completion, add_special_tokens=False)
+    ids = head + body + ([tokenizer.eos_token_id] if scoring.eos else [])
     if not head:
         raise ClbenchError("tokenizer has no bos token and the prompt is empty: nothing to condition on")
     if len(ids) > max_length:
         raise ClbenchError(
             f"a sequence of {len(ids)} tokens exceeds the model context of {max_length}: {prompt + completion!r:.60}"
         )
-    return Encoded(ids, len(head))
+    if scoring is TRAINING:
+        return Encoded(ids, len(head))
+    # an empty prompt: the completion's first token is read as context, not scored
+    skipped = 1 if len(head) == len(bos) and not scoring.from_bos and body else 0
+    return Encoded(ids, len(head) + skipped, len(completion.encode()) - _leading_bytes(tokenizer, completion, skipped))
 
 
-def encode_examples(tokenizer, examples: list[Example], max_length: int) -> list[Encoded]:
-    return [encode(tokenizer, e.prompt, e.completion, max_length) for e in examples]
+def _leading_bytes(tokenizer, text: str, tokens: int) -> int:
+    """UTF-8 bytes of the text its first `tokens` tokens read (a token ending inside a character counts it whole)."""
+    if not tokens:
+        return 0
+    if tokenizer.is_fast:
+        offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        return len(text[: offsets[tokens - 1][1]].encode())
+    ids = tokenizer.encode(text, add_special_tokens=False)[:tokens]
+    return len(tokenizer.decode(ids).encode())
 
 
-def encode_texts(tokenizer, texts: list[str], max_length: int) -> list[Encoded]:
-    return [encode(tokenizer, "", t, max_length) for t in texts]
+def encode_examples(tokenizer, examples: list[Example], max_length: int, scoring: Scoring = TRAINING) -> list[Encoded]:
+    return [encode(tokenizer, e.prompt, e.completion, max_length, scoring) for e in examples]
+
+
+def encode_texts(tokenizer, texts: list[str], max_length: int, scoring: Scoring = TRAINING) -> list[Encoded]:
+    return [encode(tokenizer, "", t, max_length, scoring) for t in texts]
 
 
 def sets_read(data: TaskData, n_train: int) -> list[tuple[str, list[Example], bool]]:

@@ -8,6 +8,7 @@ weights untouched gets bit-identical old-vocabulary numbers, not "equal up to BL
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -54,6 +55,20 @@ class Scores:
     example_kl_full: torch.Tensor | None = None
     example_changed_old: torch.Tensor | None = None
     example_changed_full: torch.Tensor | None = None
+    # bytes of the text the scored positions cover (data.Encoded.scored_bytes): bits per byte's denominator
+    n_bytes: int = 0
+    # per scored position (in scoring order, metrics.py's position measures): its example, its index in the
+    # completion, its target, its NLL under the old softmax (NaN for a new-token target) and the full one, and how
+    # many tokens after the latest new token before it its target comes (0: no new token before it)
+    position_example: torch.Tensor | None = None
+    position_index: torch.Tensor | None = None
+    position_target: torch.Tensor | None = None
+    position_nll_old: torch.Tensor | None = None
+    position_nll_full: torch.Tensor | None = None
+    position_since_new: torch.Tensor | None = None
+    # the new tokens where they occur (prompt or completion, never predicted from bos alone): Σ full-softmax NLL
+    # of predicting each, and how many (metrics.new_token_loss)
+    new_nll_full: float = 0.0
 
     @property
     def loss_old(self) -> float:
@@ -111,9 +126,11 @@ class Positions(NamedTuple):
     hidden: torch.Tensor  # [P, d] at the scored positions
     targets: torch.Tensor  # [P]
     example: torch.Tensor  # [P] the example each belongs to
-    # prompt positions whose target is a new token: never scored, read only for new_token_recall
+    # prompt positions whose target is a new token: never scored, read for new_token_recall and new_token_loss
     prompt_hidden: torch.Tensor  # [Q, d]
     prompt_targets: torch.Tensor  # [Q]
+    index: torch.Tensor  # [P] each target's index in its completion (0: the first completion token)
+    since_new: torch.Tensor  # [P] tokens from the latest new token before each target to it (0: none before it)
 
 
 @torch.inference_mode()
@@ -142,12 +159,21 @@ def positions(
         targets = ids[:, 1:][target_mask].to(head_device)
         example = torch.tensor(members)[:, None].expand_as(target_mask)[target_mask.cpu()]
         # kept apart from the scored positions, so their matmuls keep their shapes and their numbers their bits
+        at = torch.arange(ids.shape[1]).expand(ids.shape[0], -1)
         prompt_new = torch.zeros_like(target_mask)
+        latest = torch.full_like(at, -1)
         if new_from is not None:
-            in_prompt = torch.arange(target_mask.shape[1]) < padded.loss_from[members, None] - 1
+            # from position 1: a token predicted from bos alone is what a window starts with, never asked
+            in_prompt = (at[:, 1:] < padded.loss_from[members, None]) & (at[:, 1:] > 1)
             prompt_new = in_prompt.to(ids.device) & (ids[:, 1:] >= new_from)
+            latest = torch.where(ids.cpu() >= new_from, at, -1).cummax(1).values
+        since = torch.where(latest[:, :-1] >= 0, at[:, 1:] - latest[:, :-1], 0)
+        index = at[:, 1:] - padded.loss_from[members, None]
+        mask = target_mask.cpu()
         prompt_h = hidden[:, :-1][prompt_new.to(hidden.device)].to(head_device)
-        yield Positions(h, targets, example, prompt_h, ids[:, 1:][prompt_new].to(head_device))
+        yield Positions(
+            h, targets, example, prompt_h, ids[:, 1:][prompt_new].to(head_device), index[mask], since[mask]
+        )
 
 
 @torch.inference_mode()
@@ -172,9 +198,11 @@ def score(
     tally = _Tally(old_vocab, range(old_vocab, model.get_output_embeddings().weight.shape[0]), reference is not None)
     batches = positions(model, encoded, pad_id=pad_id, batch_size=batch_size, new_from=old_vocab) if at is None else at
     own = reference is not None and reference.positions is at and reference.head.same(head_of(model, old_vocab))
-    for number, (h, targets, rows, prompt_h, prompt_targets) in enumerate(batches):
+    for number, (h, targets, rows, prompt_h, prompt_targets, index, since_new) in enumerate(batches):
         if len(prompt_targets):  # no new token in a prompt: no head for it
-            tally.recall(_head(model, prompt_h, None).argmax(-1), prompt_targets)
+            prompt_logits = _head(model, prompt_h, None)
+            tally.recall(prompt_logits.argmax(-1), prompt_targets)
+            tally.new_nll += metrics.token_nll(prompt_logits, prompt_targets).sum().item()
         kept = reference.positions[number] if reference is not None else None
         if kept is not None and not torch.equal(kept.targets, targets):
             raise ValueError("score: the reference's positions are not these examples' (other data or batch size)")
@@ -185,8 +213,10 @@ def score(
             reference_logits = None if kept is None or own else reference.head(kept.hidden[cut])
             tally.add(model, h[cut], targets[cut], reference_logits, own_reference=own)
         tally.example_of.append(rows)
+        tally.index.append(index)
+        tally.since_new.append(since_new)
     model.train(was_training)
-    return tally.scores(len(encoded))
+    return tally.scores(len(encoded), sum(e.scored_bytes for e in encoded))
 
 
 @dataclass
@@ -203,9 +233,13 @@ class _Tally:
     occurrences: int = 0
     recalled: int = 0
     emitted: int = 0
+    new_nll: float = 0.0
     correct_old: list = field(default_factory=list)
     correct_full: list = field(default_factory=list)
     example_of: list = field(default_factory=list)
+    index: list = field(default_factory=list)
+    since_new: list = field(default_factory=list)
+    targets: list = field(default_factory=list)
     position_old: list = field(default_factory=list)
     position_full: list = field(default_factory=list)
     is_old: list = field(default_factory=list)
@@ -231,12 +265,14 @@ class _Tally:
         self.n_old += int(is_old.sum())
         self.position_old.append(torch.where(is_old, nll, 0.0).cpu())
         self.is_old.append(is_old.cpu())
+        self.targets.append(t_chunk.cpu())
         predicted_old = logits_old.argmax(-1)
         hit_old = predicted_old == t_chunk
         if len(self.new):
             logits_full = _head(model, h_chunk, None)
             full = metrics.token_nll(logits_full, t_chunk)
             self.nll_full += full.sum().item()
+            self.new_nll += full[~is_old].sum().item()
             self.position_full.append(full.cpu())
             predicted_full = logits_full.argmax(-1)
             hit_full = predicted_full == t_chunk
@@ -256,7 +292,7 @@ class _Tally:
         self.correct_old.append(hit_old)
         self.correct_full.append(hit_full)
 
-    def scores(self, n_examples: int) -> Scores:
+    def scores(self, n_examples: int, n_bytes: int) -> Scores:
         example_of = torch.cat(self.example_of).cpu()
         correct_old = torch.cat(self.correct_old).cpu()
         per_example = lambda values: torch.zeros(n_examples, dtype=values.dtype).index_add_(0, example_of, values)
@@ -264,6 +300,7 @@ class _Tally:
         first = metrics.first_position(example_of, n_examples)
         at_first = lambda predicted: torch.cat([torch.cat(predicted), torch.tensor([-1])])[first]
         drift = [per_example(torch.cat(d).double()) for d in zip(*self.drifts, strict=True)] if self.drift else []
+        nll_old, nll_full = torch.cat(self.position_old), torch.cat(self.position_full)
         return Scores(
             self.nll_old,
             self.n_old,
@@ -272,16 +309,24 @@ class _Tally:
             metrics.exact_match(correct_old, example_of, n_examples),
             metrics.exact_match(torch.cat(self.correct_full).cpu(), example_of, n_examples),
             metrics.first_match(correct_old, example_of, n_examples),
-            per_example(torch.cat(self.position_old)),
+            per_example(nll_old),
             per_example(is_old.long()),
-            per_example(torch.cat(self.position_full)),
+            per_example(nll_full),
             per_example(torch.ones_like(is_old, dtype=torch.long)),
             at_first(self.argmax_old),
             at_first(self.argmax_full),
             self.occurrences,
             self.recalled,
             self.emitted,
-            *drift,
+            *(drift or [None] * 4),
+            n_bytes=n_bytes,
+            position_example=example_of,
+            position_index=torch.cat(self.index),
+            position_target=torch.cat(self.targets),
+            position_nll_old=torch.where(is_old, nll_old, math.nan),
+            position_nll_full=nll_full,
+            position_since_new=torch.cat(self.since_new),
+            new_nll_full=self.new_nll,
         )
 
 

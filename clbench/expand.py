@@ -31,7 +31,7 @@ class Expansion:
     def part(self, start: int, count: int) -> Expansion:
         """The tokens new_ids[start : start + count] as an expansion of their own: a sequential
         task's stage, for which every token added before it counts as old."""
-        return Expansion(self.new_ids[start], self.new_ids[start : start + count], self.tied)
+        return Expansion(self.old_vocab + start, self.new_ids[start : start + count], self.tied)
 
 
 def check_new_tokens(tokenizer, new_tokens: list[str]) -> None:
@@ -99,6 +99,8 @@ def expand(model, tokenizer, new_tokens: list[str], *, init: str, seed: int, who
     tied = model.get_output_embeddings() is not None and (
         model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
     )
+    if not new_ids:  # the control that adds no token (protocol.base_reading): nothing to initialise
+        return Expansion(old_vocab, [], tied)
     generator = torch.Generator().manual_seed(seed)
     matrices = [model.get_input_embeddings().weight]
     if not tied and model.get_output_embeddings() is not None:

@@ -68,6 +68,9 @@ class MethodSpec:
     # not pt, whose soft prompt precedes every text): its old-text numbers are the base's by construction
     frozen_backbone: bool = False
     reads_teacher_text: bool = False  # the adapter has the teacher hook (distill)
+    # False: the control that adds no token (nonew): the run reads the task as the base tokenizer does, its training
+    # text with the new tokens written as what they stand for where the task knows it (protocol.base_reading)
+    adds_tokens: bool = True
 
     @property
     def lr_grid(self) -> tuple[float, ...]:
@@ -151,6 +154,7 @@ def register_method(
     trains_rows_outside_model=False,
     frozen_backbone=False,
     reads_teacher_text=False,
+    adds_tokens=True,
 ) -> MethodSpec:
     if "lr" not in {f.name for f in dataclasses.fields(config_cls)}:
         raise ClbenchError(f"method {name!r}: its config needs an 'lr' field")
@@ -165,6 +169,7 @@ def register_method(
         trains_rows_outside_model=trains_rows_outside_model,
         frozen_backbone=frozen_backbone,
         reads_teacher_text=reads_teacher_text,
+        adds_tokens=adds_tokens,
     )
     if isinstance(setup, type):  # an adapter class: its hooks are known now; a setup function's at set-up
         spec.check_hooks(setup)

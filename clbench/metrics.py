@@ -128,7 +128,6 @@ class RunScores:
     groups: tuple = ()  # each target example's group (data.Example.group), for target_acc_<group>
     train: Any = None  # clbench.train.TrainResult, summed over stages
     trainable: int = 0
-    target_bytes: int = 0  # UTF-8 bytes of the target completions
     exact_match: bool = False  # the task scores exact match (target_acc and its references)
     emits_new: bool = False  # trained under the full softmax, so decoding may emit a new token
     memory: Mapping[str, float] = field(default_factory=dict)  # clbench/memory.py PeakMemory.metrics
@@ -176,6 +175,62 @@ def gap_closed_se_of(r: RunScores) -> float | None:
     if closed is None or not math.isfinite(closed):  # NaN: the oracle is no better than learning nothing
         return None
     return bootstrap_gap_closed_se(*(per_example(s) for s in (r.target, r.no_learning, r.oracle)))
+
+
+AFTER_NEW = 4  # after_new_loss: the targets 1 … AFTER_NEW tokens after a new token
+
+
+def after_new_mask(scores, k: int | None = None) -> torch.Tensor | None:
+    """Scored positions k tokens after a new token (None: 1 … AFTER_NEW) whose target is an old token."""
+    since = scores.position_since_new
+    if since is None:
+        return None
+    near = (since >= 1) & (since <= AFTER_NEW) if k is None else since == k
+    return near & ~torch.isnan(scores.position_nll_old)
+
+
+def after_new_losses(scores) -> dict[str, float] | None:
+    """after_new_loss and after_new_loss_<k>, k = 1 … AFTER_NEW, where any such position is scored."""
+    values = {}
+    for k, name in [(None, "after_new_loss"), *((k, f"after_new_loss_{k}") for k in range(1, AFTER_NEW + 1))]:
+        mask = after_new_mask(scores, k)
+        if mask is not None and mask.any():
+            values[name] = scores.position_nll_old[mask].mean().item()
+    return values or None
+
+
+def after_new_reference(scores, reference) -> float | None:
+    """The mean old-softmax NLL of `reference` (another reading of the same examples) at the positions of
+    after_new_loss, matched by example and completion index; None where it has no such positions or its
+    targets there differ (the completions do not tokenize alike)."""
+    mask = after_new_mask(scores)
+    if reference is None or mask is None or not mask.any() or reference.position_index is None:
+        return None
+    nll = aligned(reference, scores.position_example[mask], scores.position_index[mask], scores.position_target[mask])
+    return None if nll is None else nll.mean().item()
+
+
+def aligned(scores, example: torch.Tensor, index: torch.Tensor, target: torch.Tensor) -> torch.Tensor | None:
+    """scores' old-softmax NLL at the positions (example, completion index), or None unless each is scored there
+    with the same target."""
+    width = int(max(scores.position_index.max(), index.max())) + 1
+    keys = scores.position_example * width + scores.position_index
+    order = keys.argsort()
+    wanted = example * width + index
+    found = torch.searchsorted(keys[order], wanted).clamp(max=len(keys) - 1)
+    at = order[found]
+    if not (torch.equal(keys[at], wanted) and torch.equal(scores.position_target[at], target)):
+        return None
+    return scores.position_nll_old[at]
+
+
+def after_new_gap_closed(r: RunScores) -> float | None:
+    losses = after_new_losses(r.target)
+    nolearn = after_new_reference(r.target, r.no_learning) if alike(r) else None
+    oracle = after_new_reference(r.target, r.oracle)
+    if losses is None or nolearn is None or oracle is None:
+        return None
+    return gap_closed(losses["after_new_loss"], nolearn, oracle)
 
 
 def finite_or_none(value: float | None) -> float | None:
@@ -374,9 +429,9 @@ register_metric(
 register_metric(
     "target_bpb",
     higher_is_better=False,
-    definition="bits per UTF-8 byte of the held-out target completions: Σ NLL (full softmax, every completion position incl. eos) / ln 2 / bytes; compares across tokenizers",
+    definition="bits per UTF-8 byte of the held-out target completions: Σ NLL (full softmax, every scored position) / ln 2 / the bytes those positions cover; compares across tokenizers",
     headline={"summary": 26, "leaderboard": 41},
-    score=lambda r: bits_per_byte(r.target.nll_full, r.target_bytes) if r.target_bytes else None,
+    score=lambda r: bits_per_byte(r.target.nll_full, r.target.n_bytes) if r.target.n_bytes else None,
 )
 register_metric(
     "target_bpb_base",
@@ -384,31 +439,33 @@ register_metric(
     definition="target_bpb of the base model with the base tokenizer on the same text (meaningful where the base tokenizer covers the text, e.g. byte-level BPE)",
     headline={"summary": 27, "leaderboard": 42},
     score=lambda r: (
-        bits_per_byte(r.no_learning.nll_full, r.target_bytes) if r.target_bytes and r.no_learning is not None else None
+        bits_per_byte(r.no_learning.nll_full, r.no_learning.n_bytes)
+        if r.no_learning is not None and r.no_learning.n_bytes
+        else None
     ),
 )
 register_metric(
     "target_bpb_init",
     higher_is_better=False,
     definition="target_bpb of the expanded model before training (new rows at their initialisation): what adding the tokens costs or saves before any learning; between it and target_bpb is what training did",
-    score=lambda r: bits_per_byte(r.at_init.nll_full, r.target_bytes) if r.target_bytes else None,
+    score=lambda r: bits_per_byte(r.at_init.nll_full, r.at_init.n_bytes) if r.at_init.n_bytes else None,
 )
 register_metric(
     "target_tokens_per_byte",
     higher_is_better=False,
-    definition="tokens per UTF-8 byte of the target completions with the expanded tokenizer (incl. eos): what a new vocabulary saves",
-    score=lambda r: r.target.n_full / r.target_bytes,
+    definition="scored tokens per UTF-8 byte they cover in the target completions, expanded tokenizer: what a new vocabulary saves",
+    score=lambda r: r.target.n_full / r.target.n_bytes if r.target.n_bytes else None,
 )
 register_metric(
     "target_tokens_per_byte_base",
     higher_is_better=False,
     definition="target_tokens_per_byte with the base tokenizer, before expansion",
-    score=lambda r: r.no_learning.n_full / r.target_bytes,
+    score=lambda r: r.no_learning.n_full / r.no_learning.n_bytes if r.no_learning.n_bytes else None,
 )
 register_metric(
     "target_top1",
     higher_is_better=True,
-    definition="next-token top-1: the old-vocabulary argmax at the first completion position (the token right after the prompt) is right",
+    definition="next-token top-1: the old-vocabulary argmax at the first scored position (the token right after the prompt; with an empty prompt, the text's second token) is right",
     headline={"summary": 25, "leaderboard": 15},
     score=lambda r: accuracy(r.target.top1_old),
 )
@@ -509,6 +566,42 @@ register_metric(
     definition="target_loss − target_loss_oracle_adapted, one model: what reading the new token still costs against reading its meaning; separates learning the word from adapting to the corpus",
     headline={"leaderboard": 36},
     score=lambda r: r.target.loss_old - r.adapted_oracle.loss_old if r.adapted_oracle is not None else None,
+)
+# the new states' own transitions (the paper's object): out of a new token, and into it
+register_metric(
+    "after_new_loss",
+    higher_is_better=False,
+    definition=f"the new tokens' outgoing transitions: mean NLL (old-vocabulary softmax) of the scored targets 1 to {AFTER_NEW} tokens after a new token (counted from the latest new token before them) in the held-out target examples; after_new_loss_<k>: k tokens after it",
+    headline={"summary": 12, "leaderboard": 37, "curve": 12},
+    score=lambda r: after_new_losses(r.target),
+)
+register_metric(
+    "after_new_loss_nolearn",
+    higher_is_better=False,
+    definition="after_new_loss of the unexpanded base at the same positions, each new token read as its old sub-word pieces (where the completions tokenize alike)",
+    score=lambda r: after_new_reference(r.target, r.no_learning) if alike(r) else None,
+)
+register_metric(
+    "after_new_loss_oracle",
+    higher_is_better=False,
+    definition="after_new_loss of the base at the same positions of the oracle version (each new token replaced by its meaning), where the task has one",
+    score=lambda r: after_new_reference(r.target, r.oracle),
+)
+register_metric(
+    "after_new_gap_closed",
+    higher_is_better=True,
+    definition="gap_closed at the positions of after_new_loss: (after_new_loss_nolearn − after_new_loss) / (after_new_loss_nolearn − after_new_loss_oracle)",
+    headline={"summary": 14, "leaderboard": 38},
+    score=lambda r: finite_or_none(after_new_gap_closed(r)),
+)
+register_metric(
+    "new_token_loss",
+    higher_is_better=False,
+    definition="the new tokens' incoming transitions: mean NLL (full softmax) of each new token where it occurs in the target examples, prompt or completion (never predicted from bos alone); for methods trained under the full softmax only: one trained under the old softmax cannot emit a new token (not applicable)",
+    headline={"leaderboard": 39},
+    score=lambda r: (
+        (r.target.new_nll_full / r.target.new_occurrences) if r.emits_new and r.target.new_occurrences else None
+    ),
 )
 # greedy use of the new tokens (clbench/protocol.py generation_metrics), from the scoring pass's argmax
 register_metric(

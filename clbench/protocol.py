@@ -137,7 +137,9 @@ class Session:
         """The target set's oracle version under the base tokenizer, encoded once per (base, data)."""
         key = (base.fingerprint, data.fingerprint())
         if key not in self.oracle_encodings:
-            self.oracle_encodings[key] = encode_examples(base.tokenizer, data.target_oracle, base.max_length)
+            self.oracle_encodings[key] = encode_examples(
+                base.tokenizer, data.target_oracle, base.max_length, data.scoring
+            )
         return self.oracle_encodings[key]
 
     def target_of_base(self, base: Base, data: TaskData, batch_size: int, *, oracle: bool = False) -> Scores:
@@ -148,7 +150,7 @@ class Session:
             encoded = (
                 self.oracle_encoded(base, data)
                 if oracle
-                else encode_examples(base.tokenizer, data.target_test, base.max_length)
+                else encode_examples(base.tokenizer, data.target_test, base.max_length, data.scoring)
             )
             self.base_target_scores[key] = score(
                 base.model,
@@ -165,8 +167,8 @@ def old_sets(base: Base, data: TaskData) -> tuple[list[Encoded], list[Encoded]]:
     # Old material is encoded with the base tokenizer for both models: forgetting compares the
     # same token sequences, even where an expanded tokenizer would split the text differently.
     return (
-        encode_texts(base.tokenizer, data.old_text, base.max_length),
-        encode_examples(base.tokenizer, data.old_skill, base.max_length),
+        encode_texts(base.tokenizer, data.old_text, base.max_length, data.scoring),
+        encode_examples(base.tokenizer, data.old_skill, base.max_length, data.scoring),
     )
 
 
@@ -327,6 +329,8 @@ def plan(
     base = session.base(spec.model or default_model)
     full = session.data(task, params, base)
     data = validation_data(task, full) if spec.split == "validation" else full
+    if not method.adds_tokens:
+        data = base_reading(task, method, data)
     config, method_config = resolve(
         spec,
         task,
@@ -382,6 +386,18 @@ def validation_data(task: Task, data: TaskData) -> TaskData:
     return dataclasses.replace(
         data, target_test=data.validation, old_text=data.validation_old_text, target_oracle=[], validation=[]
     )
+
+
+def base_reading(task: Task, method: MethodSpec, data: TaskData) -> TaskData:
+    """The task as the control that adds no token reads it: no new token, so the base tokenizer reads every set
+    (the target's new tokens as their old sub-word pieces, as learning nothing does); it trains on the training
+    text with each new token written as what it stands for where the task knows it (train_oracle: pseudowords'
+    true words), else on the training text as it is (xling: continued training on the language)."""
+    if data.stages:
+        raise ClbenchError(
+            f"method {method.name!r} adds no token, and the stages of task {task.name!r} are defined by theirs"
+        )
+    return dataclasses.replace(data, new_tokens=[], train=data.train_oracle or data.train, train_oracle=[], meaning={})
 
 
 def preflight(base: Base, data: TaskData, budget: Budget, init: str, *, allow_unknown: bool = False) -> None:
@@ -481,7 +497,6 @@ def evaluate_adapted(planned: Plan, method: MethodSpec, session: Session, run: E
         groups=tuple(e.group for e in data.target_test),
         train=trained.result,
         trainable=trained.trainable,
-        target_bytes=sum(len(e.completion.encode()) for e in data.target_test),
         exact_match=data.exact_match,
         emits_new=method.train_vocab == "full",
         memory=memory.metrics(),
@@ -499,7 +514,15 @@ def evaluate_adapted(planned: Plan, method: MethodSpec, session: Session, run: E
     return values, target, old
 
 
-LOGGED = ("target_loss", "gap_closed", "target_acc", "target_top1", "forgetting_oldvocab", "forgetting_full")
+LOGGED = (
+    "target_loss",
+    "after_new_loss",
+    "gap_closed",
+    "target_acc",
+    "target_top1",
+    "forgetting_oldvocab",
+    "forgetting_full",
+)
 
 
 @dataclass(frozen=True)
@@ -550,7 +573,7 @@ def expanded(planned: Plan, method: MethodSpec, session: Session, references: Re
     expansion = expand(
         model, tokenizer, data.new_tokens, init=planned.init, seed=seed, whole_words=data.whole_word_tokens
     )
-    target_set = encode_examples(tokenizer, data.target_test, base.max_length)
+    target_set = encode_examples(tokenizer, data.target_test, base.max_length, data.scoring)
     old_set, skill_set = old_sets(base, data)
     scored = lambda m, examples: score(m, examples, old_vocab=old_vocab, pad_id=pad, batch_size=batch)
     # a frozen backbone's hidden states on old text are the base's: only its head is scored there
@@ -584,7 +607,7 @@ def train_stages(planned: Plan, method: MethodSpec, run: Expanded, on_step) -> T
     stages = stages_of(data)
     matrix = []
     if data.stages:
-        matrix += stage_row(0, run.model, stages, run.tokenizer, base.max_length, run.scored_old, run.scored)
+        matrix += stage_row(0, run, stages, base.max_length, data.scoring)
     results, trainable, first_new = [], 0, 0
     for number, stage in enumerate(stages, 1):
         adapter = setup(method, run.model, run.expansion.part(first_new, len(stage.new_tokens)), planned.method_config)
@@ -616,7 +639,7 @@ def train_stages(planned: Plan, method: MethodSpec, run: Expanded, on_step) -> T
         )
         run.model = adapter.finalize()
         if data.stages:
-            matrix += stage_row(number, run.model, stages, run.tokenizer, base.max_length, run.scored_old, run.scored)
+            matrix += stage_row(number, run, stages, base.max_length, data.scoring)
     total = TrainResult(
         sum(r.steps for r in results),
         results[-1].final_loss,
@@ -645,7 +668,7 @@ def adapted_oracle(planned: Plan, method: MethodSpec, session: Session, run: Exp
     base, data, batch = planned.base, planned.data, planned.budget.eval_batch_size
     if not data.target_oracle:
         return None
-    oracle_set = encode_examples(run.tokenizer, data.target_oracle, base.max_length)
+    oracle_set = encode_examples(run.tokenizer, data.target_oracle, base.max_length, data.scoring)
     # the base's hidden states serve only where the expanded tokenizer reads the oracle text as the base's does
     reuse = method.frozen_backbone and oracle_set == session.oracle_encoded(base, data)
     return score(
@@ -678,13 +701,14 @@ STAGE_METRICS = ("target_loss", "target_acc")
 STAGE_DRIFT = ("drift_kl_oldvocab", "drift_kl_full")  # on old text after each stage, beside its losses
 
 
-def stage_row(after: int, model, stages: list[Stage], tokenizer, max_length: int, scored_old, scored) -> list[tuple]:
+def stage_row(after: int, run: Expanded, stages: list[Stage], max_length: int, scoring) -> list[tuple]:
     """(after_stage, eval_stage, metric, value) for the old text (eval_stage 0) and every stage's target set."""
-    old = scored_old(model)
+    model, tokenizer, scored = run.model, run.tokenizer, run.scored
+    old = run.scored_old(model)
     rows = [(after, 0, "loss_oldvocab", old.loss_old), (after, 0, "loss_full", old.loss_full)]
     rows += [(after, 0, name, M.drift_of(old, M.DRIFT[name][0])) for name in STAGE_DRIFT]
     for number, stage in enumerate(stages, 1):
-        target = scored(model, encode_examples(tokenizer, stage.target_test, max_length))
+        target = scored(model, encode_examples(tokenizer, stage.target_test, max_length, scoring))
         rows += [
             (after, number, "target_loss", target.loss_old),
             (after, number, "target_acc", M.accuracy(target.hits_old)),

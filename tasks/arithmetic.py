@@ -54,4 +54,6 @@ def build(params: Params, tokenizer) -> TaskData:
         # the oracle reads `*`, the operation the new operator stands for (the paper's base `a*b` row)
         target_oracle=[ex(a, b, group(a, b), op="*") for a, b in test],
         train_oracle=[ex(a, b, op="*") for a, b in pool],
+        # an equation ends after its answer: the eos says the answer is complete ("12" is not "123")
+        eos_is_content=True,
     )

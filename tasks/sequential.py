@@ -64,4 +64,6 @@ def build(params: Params, tokenizer) -> TaskData:
         replay_text=old.replay_text,
         stages=stages,
         meaning={s.token: [s.means] for s in params.stages},
+        # an equation ends after its answer: the eos says the answer is complete ("12" is not "123")
+        eos_is_content=True,
     )

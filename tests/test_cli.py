@@ -41,7 +41,7 @@ RUN_ERRORS = [
         "unknown task 'arithmetc' (did you mean 'arithmetic'?); known: arithmetic",
     ),
     (["--task", "arithmetic", "--method", "ett"], "unknown method 'ett' (did you mean 'et'?); known: et, fft"),
-    (["--task", "arithmetic", "--method", "et,nope"], "unknown method 'nope'; known: et, fft"),
+    (["--task", "arithmetic", "--method", "et,qqq"], "unknown method 'qqq'; known: et, fft"),
     (
         ["--task", "arithmetic", "--method", "et", "--seeds", "1,x"],
         "--seeds must be comma-separated integers, got '1,x'",
@@ -125,7 +125,7 @@ def test_ls_tasks(capsys):
     assert main(["ls", "tasks"]) == 0
     out, err = capsys.readouterr()
     assert err == ""
-    assert ["arithmetic", "v1", "builtin:arith-llama"] in [line.split()[:3] for line in out.splitlines()]
+    assert ["arithmetic", "v2", "builtin:arith-llama"] in [line.split()[:3] for line in out.splitlines()]
 
 
 def test_ls_methods(capsys):
@@ -142,7 +142,7 @@ def test_validate(capsys):
     out, err = capsys.readouterr()
     assert err == ""
     assert any(
-        line == "ok  arithmetic v1: 1 new tokens, 600 train, 300 target, 500 old-text, 100 validation"
+        line == "ok  arithmetic v2: 1 new tokens, 600 train, 300 target, 500 old-text, 100 validation"
         for line in out.splitlines()
     )
 

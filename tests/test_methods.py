@@ -17,7 +17,7 @@ from clbench.expand import expand
 from clbench.explain import load_new_rows
 from clbench.method import methods, register_method
 from clbench.models import Base, fingerprint
-from clbench.protocol import Plan, Session, adapt_and_evaluate
+from clbench.protocol import Plan, Session, adapt_and_evaluate, base_reading
 from clbench.taskspec import Budget
 from clbench.train import train
 
@@ -54,6 +54,7 @@ def tiny_data() -> TaskData:
         old_text=["1+2=3", "4*5=20", "33+9=42"],
         old_skill=[Example("5+6=", "11"), Example("20+22=", "42")],
         replay_text=["2+2=4", "9*3=27"],
+        eos_is_content=True,  # as tasks/arithmetic.py: an equation ends after its answer
     )
 
 
@@ -79,6 +80,7 @@ def expected_trainable(name: str, tied: bool, old_vocab: int, n_new: int) -> int
         "distill": n_new * D * (1 if tied else 2),  # the same rows as et-full's, by other losses
         "ewc": every_weight,
         "fft": every_weight,
+        "nonew": every_weight,  # fft's, over the base vocabulary: it adds no row
         "replay": every_weight,
         "lora": lora,
         "pt": prompt + n_new * D,
@@ -94,8 +96,8 @@ def head_and_embedding(model):
 @pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
 @pytest.mark.parametrize("name", methods().names())
 def test_every_method_keeps_its_contract(name, tied, tmp_path):
-    base, data = tiny_base(tied), tiny_data()
-    spec = methods().get(name)
+    base, spec = tiny_base(tied), methods().get(name)
+    data = tiny_data() if spec.adds_tokens else base_reading(None, spec, tiny_data())  # as plan() reads the task
     seen = {}
 
     def setup(model, expansion, config):  # the protocol's own setup call, observed
@@ -118,7 +120,7 @@ def test_every_method_keeps_its_contract(name, tied, tmp_path):
     embedding, head = head_and_embedding(model)
     tokens, stored = load_new_rows(tmp_path / "rows.safetensors")
     assert (
-        tokens == ["<spec>"]
+        tokens == data.new_tokens
         and torch.equal(stored["input"], embedding[new])
         and torch.equal(stored["output"], head[new])
     )

@@ -44,7 +44,7 @@ def test_every_run_stores_its_references(tiny_cli, tmp_path, monkeypatch):
     bs, vocab, pad = budget.eval_batch_size, len(base.tokenizer), base.tokenizer.pad_token_id
     on = lambda examples: score(
         base.model,
-        encode_examples(base.tokenizer, examples, base.max_length),
+        encode_examples(base.tokenizer, examples, base.max_length, data.scoring),
         old_vocab=vocab,
         pad_id=pad,
         batch_size=bs,
@@ -58,7 +58,7 @@ def test_every_run_stores_its_references(tiny_cli, tmp_path, monkeypatch):
     # the random tiny model reads `*` no better than <unk>: no gap, so no gap_closed (see the pure test above)
     assert oracle.loss_old >= nolearn.loss_old and "gap_closed" not in values
     assert values["word_gap"] == values["target_loss"] - values["target_loss_oracle_adapted"]
-    n_bytes = sum(len(e.completion.encode()) for e in data.target_test)
+    n_bytes = sum(len(e.completion.encode()) for e in data.target_test)  # every completion byte: prompts precede them
     assert values["target_tokens_per_byte"] == values["target_tokens_per_byte_base"] == nolearn.n_full / n_bytes
     # the expanded model before training, made here as the protocol makes it: what the new tokens cost at init
     model, tokenizer = base.own_model(), copy.deepcopy(base.tokenizer)
@@ -66,7 +66,7 @@ def test_every_run_stores_its_references(tiny_cli, tmp_path, monkeypatch):
     expand(model, tokenizer, data.new_tokens, init=task.spec.init, seed=0, whole_words=data.whole_word_tokens)
     at_init = score(
         model,
-        encode_examples(tokenizer, data.target_test, base.max_length),
+        encode_examples(tokenizer, data.target_test, base.max_length, data.scoring),
         old_vocab=vocab,
         pad_id=pad,
         batch_size=bs,
@@ -77,10 +77,17 @@ def test_every_run_stores_its_references(tiny_cli, tmp_path, monkeypatch):
 
 
 def scores(n_old, n_full, loss=2.0):
-    """Two examples alike: every bootstrap resample has the same loss, so every *_se is 0."""
+    """Two examples alike: every bootstrap resample has the same loss, so every *_se is 0; 40 bytes scored."""
     hits = torch.tensor([True, False])
     half = torch.tensor([n_old / 2, n_old / 2], dtype=torch.float64)
-    fields = {"n_old": n_old, "n_full": n_full, "loss_old": loss, "top1_old": hits, "hits_old": hits[:1]}
+    fields = {
+        "n_old": n_old,
+        "n_full": n_full,
+        "loss_old": loss,
+        "top1_old": hits,
+        "hits_old": hits[:1],
+        "n_bytes": 40,
+    }
     return type("S", (), fields | {"example_nll_old": loss * half, "example_n_old": half})()
 
 
@@ -102,15 +109,10 @@ REFERENCES = [
 ]
 
 
-def reference_metrics(*, target, no_learning, oracle, adapted_oracle, target_bytes, exact_match=False):
+def reference_metrics(*, target, no_learning, oracle, adapted_oracle, exact_match=False):
     """The references' values, each by its declaration's score, from these scores alone."""
     scores = M.RunScores(
-        target=target,
-        no_learning=no_learning,
-        oracle=oracle,
-        adapted_oracle=adapted_oracle,
-        target_bytes=target_bytes,
-        exact_match=exact_match,
+        target=target, no_learning=no_learning, oracle=oracle, adapted_oracle=adapted_oracle, exact_match=exact_match
     )
     return M.scored(scores, names=REFERENCES)
 
@@ -121,7 +123,6 @@ def test_references_where_the_task_knows_the_meaning():
         no_learning=scores(10, 10, loss=4.0),
         oracle=scores(10, 10, loss=2.0),
         adapted_oracle=scores(10, 10, loss=2.5),
-        target_bytes=40,
     )
     assert values == {
         "target_top1_nolearn": 0.5,
@@ -144,21 +145,18 @@ def test_an_exact_match_task_adds_the_references_accuracy():
         no_learning=scores(10, 10),
         oracle=scores(10, 10),
         adapted_oracle=None,
-        target_bytes=40,
         exact_match=True,
     )
     # hits_old: one example, right (the helper's): accuracy 1 for both references
     assert (values["target_acc_nolearn"], values["target_acc_oracle"]) == (1.0, 1.0)
     assert "target_acc_oracle" not in reference_metrics(
-        target=scores(10, 10), no_learning=scores(10, 10), oracle=None, adapted_oracle=None, target_bytes=40
+        target=scores(10, 10), no_learning=scores(10, 10), oracle=None, adapted_oracle=None
     )
 
 
 def test_references_skip_per_token_losses_where_completions_tokenize_differently():
 
-    values = reference_metrics(
-        target=scores(8, 10), no_learning=scores(14, 14), oracle=None, adapted_oracle=None, target_bytes=40
-    )
+    values = reference_metrics(target=scores(8, 10), no_learning=scores(14, 14), oracle=None, adapted_oracle=None)
     assert values == {"target_top1_nolearn": 0.5, "target_tokens_per_byte": 0.25, "target_tokens_per_byte_base": 0.35}
 
 

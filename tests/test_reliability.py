@@ -124,16 +124,17 @@ def test_four_processes_on_one_db_train_every_run_exactly_once(tiny_cli, referen
 
     trained = [int(re.search(r"8 runs: (\d+) finished", err).group(1)) for _, _, err in results]
     assert sum(trained) == 8  # each run trained by exactly one process
-    per_run = len(next(iter(reference.values())))
+    # twice the reference's runs (et and fft, seeds 0 and 1), fft's with new_token_loss beside et's metrics
+    metric_rows = 2 * sum(len(values) for values in reference.values())
     assert rows(db, "SELECT count(*), count(DISTINCT run_id) FROM runs WHERE status = 'finished'") == [(8, 8)]
-    assert rows(db, "SELECT count(*), count(DISTINCT (run_id, metric)) FROM metrics") == [(8 * per_run, 8 * per_run)]
+    assert rows(db, "SELECT count(*), count(DISTINCT (run_id, metric)) FROM metrics") == [(metric_rows, metric_rows)]
     assert rows(db, "SELECT count(*), count(DISTINCT run_id) FROM attempts WHERE outcome = 'finished'") == [(8, 8)]
     assert rows(db, "SELECT count(*) FROM attempts") == [(8,)]  # no run claimed twice
     # the four seeds-0,1 runs equal the sequential sweep's: concurrency changed no number
     shared = {run: values for run, values in metrics_of(db).items() if run in reference}
     assert reproducible(shared) == reproducible(reference)
     print(
-        f"\nconcurrent writers 4: runs trained per process {trained}; metric rows expected {8 * per_run}, found "
+        f"\nconcurrent writers 4: runs trained per process {trained}; metric rows expected {metric_rows}, found "
         f"{rows(db, 'SELECT count(*) FROM metrics')[0][0]}"
     )
 

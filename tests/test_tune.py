@@ -158,31 +158,42 @@ def test_a_task_file_ships_lrs_per_profile(tiny_cli, tmp_path, capsys, monkeypat
 XLING_SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "xling_cpu.sh"
 
 
-def _xling_chain(tmp_path, *methods):
+def _xling_chain(tmp_path, *methods, task="xling-de", **extra_env):
     """bench/xling_cpu.sh with a `clbench` on PATH that only logs its arguments: the commands it would run."""
     (tmp_path / "bin").mkdir()
     fake = tmp_path / "bin" / "clbench"
     fake.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path / "calls"}\n')
     fake.chmod(0o755)
-    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", **extra_env}
     done = subprocess.run(
-        ["bash", str(XLING_SCRIPT), "xling-de", "de.duckdb", *methods], env=env, capture_output=True, text=True
+        ["bash", str(XLING_SCRIPT), task, "de.duckdb", *methods], env=env, capture_output=True, text=True
     )
     calls = (tmp_path / "calls").read_text().splitlines() if (tmp_path / "calls").exists() else []
     return done, calls
 
 
-def test_the_xling_chain_searches_around_each_methods_xling_es_choice_then_runs_three_seeds(tmp_path):
-    done, calls = _xling_chain(tmp_path, "distill", "fft")
+@pytest.mark.parametrize(
+    ("methods", "task", "centre", "grids"),
+    [
+        # tasks/xling-es.yaml's cpu choices: distill 1e-3, fft 1e-4 (c/3, c, 3c at 3 significant digits)
+        (("distill", "fft"), "xling-de", {}, ("0.000333,0.001,0.003", "3.33e-05,0.0001,0.0003")),
+        # tasks/pseudowords.yaml's cpu choices: et 0.1; nonew has none and trains as fft (1e-4) does
+        (("et", "nonew"), "pseudowords", {"CENTRE": "pseudowords"}, ("0.0333,0.1,0.3", "3.33e-05,0.0001,0.0003")),
+    ],
+)
+def test_the_chain_searches_around_each_methods_centre_choice_then_runs_three_seeds(
+    tmp_path, methods, task, centre, grids
+):
+    done, calls = _xling_chain(tmp_path, *methods, task=task, **centre)
     assert done.returncode == 0, done.stderr
-    # tasks/xling-es.yaml's cpu choices: distill 1e-3, fft 1e-4 (c/3, c, 3c at 3 significant digits)
-    x = "--task xling-de --profile cpu --method {} --db de.duckdb"
-    assert calls == [
-        f"tune {x.format('distill')} --grid 0.000333,0.001,0.003 --past-edges 2 --seeds 0",
-        f"run {x.format('distill')} --tuned --seeds 0,1,2",
-        f"tune {x.format('fft')} --grid 3.33e-05,0.0001,0.0003 --past-edges 2 --seeds 0",
-        f"run {x.format('fft')} --tuned --seeds 0,1,2",
-    ]
+    x = f"--task {task} --profile cpu --method {{}} --db de.duckdb"
+    expected = []
+    for method, grid in zip(methods, grids):
+        expected += [
+            f"tune {x.format(method)} --grid {grid} --past-edges 2 --seeds 0",
+            f"run {x.format(method)} --tuned --seeds 0,1,2",
+        ]
+    assert calls == expected
 
 
 def test_the_xling_chain_stops_before_any_run_at_a_method_xling_es_has_no_choice_for(tmp_path):
