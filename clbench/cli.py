@@ -563,7 +563,7 @@ def cmd_rescore(args) -> int:
 def cmd_merge(args) -> int:
     from clbench.lrsearch import merged_search
     from clbench.records import merge, open_store
-    from clbench.store import check_merge
+    from clbench.storage import check_merge
 
     into, sources = open_store(args.db), [open_store(path) for path in args.sources]
     for source in sources:  # every source is checked before the first is copied

@@ -11,3 +11,8 @@ class ClbenchError(Exception):
 
 class DivergedError(ClbenchError):
     """Training produced a non-finite loss or gradient; the run is recorded as failed."""
+
+
+def first_line(error: Exception) -> str:
+    """An exception's message cut to one line, as a ClbenchError wrapping it is printed."""
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

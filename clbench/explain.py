@@ -44,6 +44,7 @@ from safetensors.torch import load_file, save_file
 from clbench.cache import cache_root
 from clbench.errors import ClbenchError
 from clbench.sparse import nearest, omp
+from clbench.storage import ResultStore
 
 
 def rows_file(run_id: str) -> Path:
@@ -190,7 +191,7 @@ def describe_rows(
     return lines
 
 
-def explain(store, run_id: str, *, s: int, session) -> str:
+def explain(store: ResultStore, run_id: str, *, s: int, session) -> str:
     matches = store.query(
         "SELECT run_id, config FROM runs WHERE run_id LIKE ? AND status = 'finished'", [run_id + "%"]
     )

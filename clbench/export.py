@@ -14,9 +14,9 @@ import tempfile
 from pathlib import Path
 
 from clbench import hub
-from clbench.errors import ClbenchError
+from clbench.errors import ClbenchError, first_line
 from clbench.records import open_store
-from clbench.store import SPLIT, _first_line
+from clbench.store import SPLIT
 
 FORMATS = {"parquet": "PARQUET", "jsonl": "JSON"}  # DuckDB's COPY writes JSON as one object per line
 REPO_FILE = "clbench-results.parquet"
@@ -120,7 +120,7 @@ def push(db: str | Path, repo: str, *, private: bool = False, token: str | None 
                 if isinstance(error, HfHubHTTPError)
                 else f"could not reach {hub.ENDPOINT} to"
             )
-            raise ClbenchError(f"{what} push {repo}: {_first_line(error)}") from None
+            raise ClbenchError(f"{what} push {repo}: {first_line(error)}") from None
     return str(url)
 
 

@@ -34,6 +34,7 @@ import yaml
 
 from clbench.data import TaskData
 from clbench.errors import ClbenchError
+from clbench.storage import ResultStore
 
 LOCAL_TASKS = resources.files("clbench") / "lm_eval_tasks"
 
@@ -177,7 +178,7 @@ def flatten(results: dict) -> dict[tuple[str, str], dict]:
     return flat
 
 
-def reconstruct(store, run_id: str, session, task_dirs: list[Path]) -> dict:
+def reconstruct(store: ResultStore, run_id: str, session, task_dirs: list[Path]) -> dict:
     """A finished run's base, data, adapted model and tokenizer, rebuilt by re-running its config
     (clbench/rescore.py rebuild: the same run id, the stored quality metrics reproduced, exactly on CPU)."""
     from clbench.protocol import log
@@ -190,7 +191,7 @@ def reconstruct(store, run_id: str, session, task_dirs: list[Path]) -> dict:
 
 
 def check_run(
-    store,
+    store: ResultStore,
     run_id: str,
     checker: Checker,
     captured: dict | None,

@@ -37,7 +37,7 @@ from clbench.models import Base, load_base
 from clbench.provenance import git_commit, versions
 from clbench.samples import example_rows
 from clbench.spec import RunSpec, resolve, run_id, task_settings
-from clbench.store import Claim, Store, now
+from clbench.storage import Claim, ResultStore, now
 from clbench.taskspec import Budget, Task
 from clbench.train import TrainResult, train
 
@@ -202,7 +202,7 @@ def run_one(
     method: MethodSpec,
     *,
     seed: int = 0,
-    store: Store,
+    store: ResultStore,
     session: Session,
     tuned_lr: Callable[[str], float | None] | None = None,
     on_adapted=None,
@@ -217,7 +217,9 @@ def run_one(
     return execute(planned, store=store, session=session, on_adapted=on_adapted, log_samples=log_samples, live=live)
 
 
-def execute(planned: Plan, *, store: Store, session: Session, on_adapted=None, log_samples: bool = False, live=None):
+def execute(
+    planned: Plan, *, store: ResultStore, session: Session, on_adapted=None, log_samples: bool = False, live=None
+):
     """Run a plan unless the store has it finished or a live process holds it; the result is recorded.
 
     on_adapted(base, data, adapted_model, tokenizer), if given, sees the adapted model in memory
@@ -300,7 +302,7 @@ def run_row(planned: Plan, status: str, reason: str | None, *, commit: str | Non
     }
 
 
-def claim_unless_finished(store: Store, run_id: str):
+def claim_unless_finished(store: ResultStore, run_id: str):
     """The claim makes an interruption visible to the next command, which retries the run."""
     if store.status(run_id) == "finished":  # read-only: no write lock for a run already done
         return Claim("finished")

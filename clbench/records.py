@@ -24,8 +24,8 @@ nothing here uses fcntl/flock or has two processes write one file.
 - A claim is a hard link of a prepared file to claims/<run_id>.<n>.json; link(2) fails where the name
   exists, so of processes racing for attempt n exactly one holds it. The holder of the highest attempt
   owns the run; a process writes its record only while it still does.
-- A heartbeat rewrites its own claim file by rename, so a reader never sees half a claim. A claim is dead
-  when its process is gone (same host) or its heartbeat is older than STALE_SECONDS (another host).
+- A heartbeat rewrites its own claim file by rename, so a reader never sees half a claim. Whether a claim
+  is dead is clbench/storage.py's rule (`holds_off`), the same for both stores.
 - Every other file (lm_eval, tuned) is written beside its name and renamed over it.
 
 DuckDB stays the query surface: `query()` opens an in-memory DuckDB with one view per table of the
@@ -44,29 +44,20 @@ import tempfile
 import threading
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import Unpack
 
 import duckdb
 import pandas as pd
 
-from clbench import store as single_file
-from clbench.errors import ClbenchError
+from clbench import storage
+from clbench.errors import ClbenchError, first_line
 from clbench.faults import fault_point
 from clbench.owner import Owner
-from clbench.store import (
-    PER_RUN,
-    RESULTS_VIEW,
-    SCHEMA,
-    TABLES,
-    Claim,
-    Merged,
-    _first_line,
-    insert_run,
-    merged_choice,
-    now,
-)
+from clbench.storage import Claim, Merged, ResultStore, RunRows, now
+from clbench.store import PER_RUN, RESULTS_VIEW, SCHEMA, TABLES, Store, insert_run, insert_values, merge_files
 
 RECORD_TABLES = ("runs", "metrics", "stage_matrix", *PER_RUN)  # the files of one record
 MARKER = "clbench-records"  # in the store's directory: what makes it one
@@ -80,6 +71,8 @@ def is_record_store(path: str | Path) -> bool:
 
 
 class RecordStore:
+    """The record store (`--db DIR/`), keeping clbench/storage.py's ResultStore contract without a file lock."""
+
     def __init__(self, path: str | Path):
         self.path = Path(path)
         if self.path.exists() and not self.path.is_dir():
@@ -128,12 +121,12 @@ class RecordStore:
 
     def query(self, sql: str, params: list | None = None) -> pd.DataFrame:
         if not (self.path / MARKER).exists():
-            raise ClbenchError(f"record store {self.path} does not exist (run `clbench run` first)")
+            raise storage.not_created("record store", self.path)
         with self.connect() as db:
             try:
                 return db.execute(sql, params or []).df()
             except duckdb.Error as error:
-                raise ClbenchError(f"record store {self.path}: {_first_line(error)}") from None
+                raise ClbenchError(f"record store {self.path}: {first_line(error)}") from None
 
     @contextmanager
     def connect(self):
@@ -204,45 +197,30 @@ class RecordStore:
 
     def claim(self, run_id: str) -> Claim:
         """Hold run_id as its next attempt, unless it is finished or a live process holds it (see the module)."""
-        self._layout()
+        self.create()
         self._sweep_tmp()
         while True:
             if self.status(run_id) == "finished":
                 return Claim("finished")
             attempt, held = self._latest(run_id)
             if held is not None and held["outcome"] == "running":
-                holder = Owner(held["host"], held["pid"], held["process_start"])
-                if holder != Owner.me() and self._alive(holder, held):
+                holder = owner_of(held)
+                if storage.holds_off(holder, datetime.fromisoformat(held["beat_at"] or held["started_at"])):
                     return Claim("busy", holder=holder)
             if self._create(self._claim_file(run_id, attempt + 1), self._attempt_row(run_id, attempt + 1)):
                 return Claim("claimed", attempt + 1)
             # another process took attempt + 1 first: look again
 
-    @contextmanager
-    def heartbeat(self, run_id: str, attempt: int):
-        """While the body runs, refresh the attempt's beat_at every HEARTBEAT_SECONDS from a thread."""
-        stop = threading.Event()
+    def heartbeat(self, run_id: str, attempt: int) -> AbstractContextManager[None]:
+        return storage.beating(lambda: self._beat(run_id, attempt))
 
-        def beat() -> None:
-            while not stop.wait(single_file.HEARTBEAT_SECONDS):
-                row = self._read_claim(run_id, attempt)
-                if row is None or Owner(row["host"], row["pid"], row["process_start"]) != Owner.me():
-                    return
-                self._write(self._claim_file(run_id, attempt), json.dumps(row | {"beat_at": now().isoformat()}))
-
-        thread = threading.Thread(target=beat, daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            thread.join()
-
-    def _alive(self, holder: Owner, held: dict) -> bool:
-        if holder.host == Owner.me().host:
-            return holder.alive()
-        beat = datetime.fromisoformat(held["beat_at"] or held["started_at"])
-        return (now() - beat).total_seconds() < single_file.STALE_SECONDS
+    def _beat(self, run_id: str, attempt: int) -> bool:
+        """Rewrite the claim with a fresh beat_at; False (no more beats) once another process took it over."""
+        row = self._read_claim(run_id, attempt)
+        if row is None or owner_of(row) != Owner.me():
+            return False
+        self._write(self._claim_file(run_id, attempt), json.dumps(row | {"beat_at": now().isoformat()}))
+        return True
 
     def _latest(self, run_id: str) -> tuple[int, dict | None]:
         """(the highest attempt number of run_id, its claim), (0, None) where it was never claimed."""
@@ -268,36 +246,24 @@ class RecordStore:
         row |= {"process_start": me.start, "started_at": stamp, "beat_at": stamp, "ended_at": None}
         return json.dumps(row | changes)
 
-    def _holds(self, run_id: str, attempt: int) -> bool:
+    def _holder(self, run_id: str, attempt: int) -> Owner | None:
+        """Who holds the attempt: its claim's owner while it is the run's latest and running, else no one."""
         latest, row = self._latest(run_id)
-        return (
-            latest == attempt
-            and row is not None
-            and row["outcome"] == "running"
-            and Owner(row["host"], row["pid"], row["process_start"]) == Owner.me()
-        )
+        running = latest == attempt and row is not None and row["outcome"] == "running"
+        return owner_of(row) if running else None
 
     # --- writes ----------------------------------------------------------------------------------------
 
     def record(
-        self,
-        run: dict,
-        metrics: dict[str, float],
-        attempt: int | None = None,
-        stage_matrix: list[tuple] = (),
-        curves: list[tuple] = (),
-        samples: list[tuple] = (),
-        generations: list[tuple] = (),
+        self, run: dict, metrics: dict[str, float], attempt: int | None = None, **rows: Unpack[RunRows]
     ) -> None:
-        """Write one run's record whole, then rename it into place (see the module). With `attempt` (from
-        claim) nothing lands unless this process still holds that attempt, and the attempt is closed."""
-        self._layout()
+        """Write one run's record whole, then rename it into place (see the module). A finished run is recorded
+        once: a second finished record of it is discarded with a ClbenchError."""
+        self.create()
         run_id = run["run_id"]
-        if attempt is not None and not self._holds(run_id, attempt):
-            raise ClbenchError(
-                f"run {run_id}: attempt {attempt} is no longer held by this process; its result is discarded"
-            )
-        staged = self._stage(run, metrics, stage_matrix, curves, samples, generations)
+        if attempt is not None:
+            storage.ensure_held(run_id, attempt, self._holder(run_id, attempt))
+        staged = self._stage(run, metrics, rows)
         fault_point("record")  # crash tests: SIGKILL here, the record written but not in place
         finished = run["status"] == "finished"
         target = self.path / "records" / run_id if finished else self.path / "failed" / f"{run_id}.{attempt or 0}"
@@ -315,7 +281,7 @@ class RecordStore:
             ended = {"outcome": run["status"], "ended_at": now().isoformat()}
             self._write(self._claim_file(run_id, attempt), self._attempt_row(run_id, attempt, **ended))
 
-    def _stage(self, run: dict, metrics, stage_matrix, curves, samples, generations) -> Path:
+    def _stage(self, run: dict, metrics: dict[str, float], rows: RunRows) -> Path:
         """The record's files in a fresh folder under tmp/, in the single-file store's column types."""
         staged = self.path / "tmp" / f"{run['run_id']}.{uuid.uuid4().hex}"
         staged.mkdir()
@@ -323,7 +289,7 @@ class RecordStore:
             db = self._scratch()
             for table in RECORD_TABLES:
                 db.execute(f"DELETE FROM {table}")
-            insert_run(db, run, metrics, stage_matrix, (curves, samples, generations))
+            insert_run(db, run, metrics, rows)
             for table in RECORD_TABLES:
                 if table == "runs" or rows_in(db, table):
                     db.execute(f"COPY {table} TO '{staged / table}.parquet' (FORMAT parquet)")
@@ -335,9 +301,9 @@ class RecordStore:
         the same names add them once); a stored file is never changed (clbench/rescore.py) → how many metrics."""
         folder = self.path / "records" / run_id
         if not (folder / "runs.parquet").exists():
-            raise ClbenchError(f"run {run_id} is not a finished run of {self.path}: no metrics added")
+            raise storage.not_finished(run_id, self.path)
         with self.connect() as db:
-            new, rows = single_file.missing(db, run_id, metrics, stage_matrix)
+            new, rows = storage.missing(db, run_id, metrics, stage_matrix)
         if not new and not rows:
             return 0
         tag = hashlib.sha256(json.dumps([sorted(new), sorted({r[2] for r in rows})]).encode()).hexdigest()[:16]
@@ -345,7 +311,7 @@ class RecordStore:
             db = self._scratch()
             for table in ("metrics", "stage_matrix"):
                 db.execute(f"DELETE FROM {table}")
-            single_file.insert_values(db, run_id, new, rows)
+            insert_values(db, run_id, new, rows)
             staged = []
             for table in ("metrics", "stage_matrix") if rows else ("metrics",):
                 partial = self.path / "tmp" / f"{table}.{uuid.uuid4().hex}.parquet"
@@ -363,7 +329,7 @@ class RecordStore:
 
     def record_lm_eval(self, run_id: str, rows: list[dict]) -> None:
         """Replace a run's lm-eval rows for the tasks in `rows`, each task's file renamed into place."""
-        self._layout()
+        self.create()
         folder = self.path / "lm_eval" / run_id
         folder.mkdir(exist_ok=True)
         for task in sorted({r["task"] for r in rows}):
@@ -380,7 +346,7 @@ class RecordStore:
 
     def record_tuned(self, row: dict) -> None:
         """Insert or replace one tuning choice (a rerun of `clbench tune` replaces it)."""
-        self._layout()
+        self.create()
         stored = dict(row, search=json.dumps(row["search"], sort_keys=True), chosen_at=now().isoformat())
         self._write(self.path / "tuned" / f"{row['tune_key']}.json", json.dumps(stored))
 
@@ -421,7 +387,8 @@ class RecordStore:
             except FileNotFoundError:  # another process swept it first
                 continue
 
-    def _layout(self) -> None:
+    def create(self) -> None:
+        """The store's folders and its marker, where they are not yet: every write makes sure of them first."""
         for folder in ("records", "failed", "claims", "lm_eval", "tuned", "tmp"):
             (self.path / folder).mkdir(parents=True, exist_ok=True)
         (self.path / MARKER).touch()
@@ -443,6 +410,10 @@ class RecordStore:
         os.replace(partial, into)
 
 
+def owner_of(claim: dict) -> Owner:
+    return Owner(claim["host"], claim["pid"], claim["process_start"])
+
+
 def rows_in(db, table: str) -> int:
     return db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
 
@@ -459,30 +430,30 @@ FROM read_json({claims}, columns = {{run_id: 'VARCHAR', attempt: 'INTEGER', outc
 """
 
 
-def open_store(path: str | Path):
+def open_store(path: str | Path) -> ResultStore:
     """--db: a DuckDB file (clbench.store.Store, for one machine) or, for a directory or a path ending in "/",
     the record store (many processes, any number of hosts, one shared filesystem)."""
-    return RecordStore(path) if is_record_store(path) else single_file.Store(path)
+    return RecordStore(path) if is_record_store(path) else Store(path)
 
 
-def merge(into, source, combine=None) -> Merged:
+def merge(into: ResultStore, source: ResultStore, combine=None) -> Merged:
     """source's runs and tuning choices into `into`, each either kind of store."""
     if isinstance(into, RecordStore):
         return merge_into_records(into, source, combine)
     if isinstance(source, RecordStore):  # its records as one DuckDB file, merged like any other
-        single_file.check_merge(into, source)
+        storage.check_merge(into, source)
         with tempfile.TemporaryDirectory(prefix="clbench-merge-") as scratch:
             source.snapshot(Path(scratch) / "snapshot.duckdb")
-            return single_file.merge_files(into, single_file.Store(Path(scratch) / "snapshot.duckdb"), combine)
-    return single_file.merge_files(into, source, combine)
+            return merge_files(into, Store(Path(scratch) / "snapshot.duckdb"), combine)
+    return merge_files(into, source, combine)
 
 
-def merge_into_records(into: RecordStore, source, combine=None) -> Merged:
-    """source's runs (a single-file store or another record store) into a record store: each run it lacks,
-    or has only failed where the source finished it, becomes a record; tuning choices as single_file.merge.
-    Each source table is read once, not per run."""
-    single_file.check_merge(into, source)
-    into._layout()
+def merge_into_records(into: RecordStore, source: ResultStore, combine=None) -> Merged:
+    """source's runs (a single-file store or another record store) into a record store by clbench/storage.py's
+    rules (`takes`, `merged_choice`), each run taken written as a record. Each source table is read once, not per
+    run."""
+    storage.check_merge(into, source)
+    into.create()
     runs = source.query("SELECT * FROM runs ORDER BY run_id")
     per_run = {
         table: dict(tuple(source.query(f"SELECT * FROM {table}").groupby("run_id")))
@@ -492,8 +463,8 @@ def merge_into_records(into: RecordStore, source, combine=None) -> Merged:
     tuples = lambda frame: [] if frame is None else list(frame.itertuples(index=False, name=None))
     taken = kept = 0
     for run in runs.to_dict("records"):
-        run_id, here = run["run_id"], into.status(run["run_id"])
-        if here == "finished" or (here == "failed" and run["status"] != "finished"):
+        run_id = run["run_id"]
+        if not storage.takes(into.status(run_id), run["status"]):
             kept += 1
             continue
         run = {k: None if pd.isna(v) else v.item() if hasattr(v, "item") else v for k, v in run.items()}
@@ -510,14 +481,18 @@ def merge_into_records(into: RecordStore, source, combine=None) -> Merged:
         if (lm := rows_of("lm_eval", run_id)) is not None:
             into.record_lm_eval(run_id, lm.to_dict("records"))
         taken += 1
-    tuned = tuned_kept = 0
+    return Merged(taken, kept, *_merge_tuned(into, source, combine))
+
+
+def _merge_tuned(into: RecordStore, source: ResultStore, combine) -> tuple[int, int]:
+    """source's tuning choices into `into` → (choices stored, choices kept as they were)."""
+    tuned = kept = 0
     for row in source.query("SELECT * EXCLUDE (chosen_at) FROM tuned ORDER BY tune_key").to_dict("records"):
-        stored = into._tuned(row["tune_key"])
         there = row | {"search": json.loads(row["search"]) if isinstance(row["search"], str) else row["search"]}
-        made = merged_choice(json.loads(stored["search"]) if stored else None, there, combine)
+        made = storage.merged_choice(into.tuned_search(row["tune_key"]) or None, there, combine)
         if made is None:
-            tuned_kept += 1
+            kept += 1
             continue
         into.record_tuned(made)
         tuned += 1
-    return Merged(taken, kept, tuned, tuned_kept)
+    return tuned, kept

@@ -24,6 +24,7 @@ from clbench.method import methods
 from clbench.protocol import execute, log, plan
 from clbench.provenance import differences, versions
 from clbench.spec import RunSpec
+from clbench.storage import ResultStore
 from clbench.store import Store
 from clbench.taskspec import load_tasks
 
@@ -56,7 +57,7 @@ class Rebuilt:
         return "it was made with " + ", ".join(self.elsewhere)
 
 
-def rebuild(store, run_id: str, session, task_dirs: list[Path]) -> Rebuilt:
+def rebuild(store: ResultStore, run_id: str, session, task_dirs: list[Path]) -> Rebuilt:
     """The finished run `run_id` trained again from its record (module docstring)."""
     found = store.query("SELECT status, config, versions FROM runs WHERE run_id = ?", [run_id])
     if found.empty:
@@ -99,7 +100,9 @@ def rebuild(store, run_id: str, session, task_dirs: list[Path]) -> Rebuilt:
     )
 
 
-def selected(store, *, runs=None, tasks=None, method_names=None, split: str = "test", missing: str) -> list[str]:
+def selected(
+    store: ResultStore, *, runs=None, tasks=None, method_names=None, split: str = "test", missing: str
+) -> list[str]:
     """The finished runs to rescore: those named, or of these tasks and methods and split, that lack `missing`.
     A named run the store does not hold is bad input, not a run with nothing to add."""
     if runs:
@@ -121,7 +124,7 @@ def selected(store, *, runs=None, tasks=None, method_names=None, split: str = "t
     return ids.run_id.tolist()
 
 
-def rescore(store, run_id: str, session, task_dirs: list[Path], *, tolerance: float = TOLERANCE) -> int:
+def rescore(store: ResultStore, run_id: str, session, task_dirs: list[Path], *, tolerance: float = TOLERANCE) -> int:
     """Rebuild one run and add the metrics and stage-matrix rows its record lacks → how many metrics were added.
     A ClbenchError, and nothing written, where it does not reproduce within `tolerance`."""
     rebuilt = rebuild(store, run_id, session, task_dirs)

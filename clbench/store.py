@@ -11,12 +11,10 @@ Reliability (README "Reliability"):
 - Before training, a run is claimed: an `attempts` row (run_id, attempt, outcome='running', host,
   pid, process start token) committed under that lock, so of several processes racing for one run
   exactly one trains it; the others see a live holder and leave it ("busy"). A 'running' attempt
-  whose process is gone (SIGKILL, crash, reboot, a reused pid) is marked 'interrupted' and the run
-  is retried as attempt n+1. The final write checks that this process still holds its attempt and
-  writes nothing otherwise, so even a wrongly retried run yields one record, never two.
-- Another host's processes cannot be seen from here: while a run trains, a thread refreshes its
-  attempt's beat_at every HEARTBEAT_SECONDS, and a claim from another host whose heartbeat is older
-  than STALE_SECONDS counts as dead (SLURM jobs sharing one results file on a shared filesystem).
+  whose holder is gone (clbench/storage.py `holds_off`: SIGKILL, crash, reboot, a reused pid, or
+  another host's heartbeat older than STALE_SECONDS) is marked 'interrupted' and the run is retried
+  as attempt n+1. The final write checks that this process still holds its attempt and writes
+  nothing otherwise, so even a wrongly retried run yields one record, never two.
 - `check()` runs before any work and writes nothing: bad input never touches the database.
 """
 
@@ -24,19 +22,19 @@ from __future__ import annotations
 
 import json
 import tempfile
-import threading
 import time
-from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Unpack
 
 import duckdb
 import pandas as pd
 
-from clbench.errors import ClbenchError
+from clbench import storage
+from clbench.errors import ClbenchError, first_line
 from clbench.faults import fault_point
 from clbench.owner import Owner
+from clbench.storage import Claim, Merged, RunRows, now
 
 # the split a run scored: a tuning run (config.split = 'validation') is scored on validation data and
 # never reported; runs from before the split existed scored the test sets
@@ -142,7 +140,7 @@ CREATE TABLE IF NOT EXISTS lm_eval (
 );
 -- `clbench tune`: per (tune_key, method) the lr chosen on the validation split, and the search behind it
 CREATE TABLE IF NOT EXISTS tuned (
-    tune_key VARCHAR PRIMARY KEY, -- protocol.tune_key: the run config but lr, seed and split
+    tune_key VARCHAR PRIMARY KEY, -- spec.tune_key: the run config but lr, seed and split
     task VARCHAR NOT NULL,
     method VARCHAR NOT NULL,
     model VARCHAR NOT NULL,
@@ -167,18 +165,11 @@ MIGRATIONS = "ALTER TABLE runs ADD COLUMN IF NOT EXISTS spec JSON;"
 OPTIONAL = {"runs": {"spec"}}
 
 LOCK_WAIT_SECONDS = 120.0
-HEARTBEAT_SECONDS = 60.0
-STALE_SECONDS = 600.0  # a claim from another host without a heartbeat for this long: its machine died
-
-
-@dataclass(frozen=True)
-class Claim:
-    state: str  # claimed (this process runs it) | finished (nothing to do) | busy (a live process runs it)
-    attempt: int = 0  # when claimed: 1 for a first run, n > 1 for a retry
-    holder: Owner | None = None  # when busy: who runs it
 
 
 class Store:
+    """The single-file store (`--db FILE.duckdb`), keeping clbench/storage.py's ResultStore contract."""
+
     def __init__(self, path: str | Path):
         self.path = Path(path)
         if self.path.is_dir():
@@ -197,16 +188,16 @@ class Store:
                 if "lock" in str(error).lower() and time.monotonic() < deadline:
                     time.sleep(0.2)
                     continue
-                raise ClbenchError(f"cannot open results database {self.path}: {_first_line(error)}") from None
+                raise ClbenchError(f"cannot open results database {self.path}: {first_line(error)}") from None
             except duckdb.Error as error:
-                raise ClbenchError(f"cannot open results database {self.path}: {_first_line(error)}") from None
+                raise ClbenchError(f"cannot open results database {self.path}: {first_line(error)}") from None
         try:
             if not read_only:
                 connection.execute(SCHEMA)
                 connection.execute(MIGRATIONS)
             yield connection
         except duckdb.Error as error:
-            raise ClbenchError(f"results database {self.path}: {_first_line(error)}") from None
+            raise ClbenchError(f"results database {self.path}: {first_line(error)}") from None
         finally:
             connection.close()
 
@@ -231,10 +222,10 @@ class Store:
         with duckdb.connect(":memory:") as memory:
             expected = _columns(memory.execute(SCHEMA))
         for table in ("runs", "metrics"):
-            missing = sorted(expected[table] - found.get(table, set()) - OPTIONAL.get(table, set()))
-            if missing:
+            lacking = sorted(expected[table] - found.get(table, set()) - OPTIONAL.get(table, set()))
+            if lacking:
                 raise ClbenchError(
-                    f"{self.path} is not a clbench results database (table {table} lacks {', '.join(missing)})"
+                    f"{self.path} is not a clbench results database (table {table} lacks {', '.join(lacking)})"
                 )
 
     def status(self, run_id: str) -> str | None:
@@ -268,11 +259,7 @@ class Store:
             if last:
                 previous, outcome, beat, holder = last[0], last[1], last[2], Owner(*last[3:])
                 if outcome == "running":
-                    # this host's processes can be looked at; another host's only through its heartbeat
-                    alive = (
-                        holder.alive() if holder.host == me.host else (now() - beat).total_seconds() < STALE_SECONDS
-                    )
-                    if holder != me and alive:
+                    if storage.holds_off(holder, beat):
                         db.execute("ROLLBACK")
                         return Claim("busy", holder=holder)
                     db.execute(
@@ -287,62 +274,31 @@ class Store:
             db.execute("COMMIT")
         return Claim("claimed", attempt)
 
-    @contextmanager
-    def heartbeat(self, run_id: str, attempt: int):
-        """While the body runs, refresh the attempt's beat_at every HEARTBEAT_SECONDS from a thread."""
-        stop = threading.Event()
+    def heartbeat(self, run_id: str, attempt: int) -> AbstractContextManager[None]:
+        return storage.beating(lambda: self._beat(run_id, attempt))
 
-        def beat() -> None:
-            while not stop.wait(HEARTBEAT_SECONDS):
-                try:
-                    with self._connect() as db:
-                        db.execute(
-                            "UPDATE attempts SET beat_at = ? WHERE run_id = ? AND attempt = ?",
-                            [now(), run_id, attempt],
-                        )
-                except ClbenchError:
-                    pass  # a missed beat only ages the claim; the next one may get the lock
-
-        thread = threading.Thread(target=beat, daemon=True)
-        thread.start()
+    def _beat(self, run_id: str, attempt: int) -> bool:
         try:
-            yield
-        finally:
-            stop.set()
-            thread.join()
+            with self._connect() as db:
+                db.execute(
+                    "UPDATE attempts SET beat_at = ? WHERE run_id = ? AND attempt = ?", [now(), run_id, attempt]
+                )
+        except ClbenchError:
+            pass  # a missed beat only ages the claim; the next one may get the lock
+        return True
 
     def record(
-        self,
-        run: dict,
-        metrics: dict[str, float],
-        attempt: int | None = None,
-        stage_matrix: list[tuple] = (),
-        curves: list[tuple] = (),
-        samples: list[tuple] = (),
-        generations: list[tuple] = (),
+        self, run: dict, metrics: dict[str, float], attempt: int | None = None, **rows: Unpack[RunRows]
     ) -> None:
-        """Insert or replace one run, its metrics, stage matrix, training curves, samples and generations atomically.
-
-        With `attempt` (from claim) the same transaction closes that attempt with the run's status,
-        and nothing is written if this process no longer holds it."""
+        """Insert or replace one run with all its rows in one transaction; with `attempt` the same transaction
+        closes that attempt with the run's status."""
         with self._connect() as db:
             db.execute("BEGIN TRANSACTION")
             if attempt is not None:
-                holder = db.execute(
-                    "SELECT host, pid, process_start FROM attempts WHERE run_id = ? AND attempt = ? AND outcome = 'running'",
-                    [run["run_id"], attempt],
-                ).fetchone()
-                if holder is None or Owner(*holder) != Owner.me():
-                    raise ClbenchError(
-                        f"run {run['run_id']}: attempt {attempt} is no longer held by this process; its result is discarded"
-                    )
-                db.execute(
-                    "UPDATE attempts SET outcome = ?, ended_at = ? WHERE run_id = ? AND attempt = ?",
-                    [run["status"], now(), run["run_id"], attempt],
-                )
+                _close_attempt(db, run, attempt)
             for table in ("metrics", "stage_matrix", *PER_RUN, "runs"):
                 db.execute(f"DELETE FROM {table} WHERE run_id = ?", [run["run_id"]])
-            insert_run(db, run, metrics, stage_matrix, (curves, samples, generations))
+            insert_run(db, run, metrics, rows)
             fault_point("record")  # crash tests: SIGKILL here, mid-transaction
             db.execute("COMMIT")
 
@@ -353,8 +309,8 @@ class Store:
             db.execute("BEGIN TRANSACTION")
             status = db.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()
             if status is None or status[0] != "finished":
-                raise ClbenchError(f"run {run_id} is not a finished run of {self.path}: no metrics added")
-            new, rows = missing(db, run_id, metrics, stage_matrix)
+                raise storage.not_finished(run_id, self.path)
+            new, rows = storage.missing(db, run_id, metrics, stage_matrix)
             insert_values(db, run_id, new, rows)
             db.execute("COMMIT")
         return len(new)
@@ -406,7 +362,7 @@ class Store:
 
     def query(self, sql: str, params: list | None = None) -> pd.DataFrame:
         if not self.path.exists():
-            raise ClbenchError(f"results database {self.path} does not exist (run `clbench run` first)")
+            raise storage.not_created("results database", self.path)
         with self._connect(read_only=True) as db:
             return db.execute(sql, params or []).df()
 
@@ -417,23 +373,12 @@ PER_RUN = ("curves", "samples", "generations")  # a run's rows of these tables, 
 RUN_TABLES = ("runs", "metrics", "stage_matrix", *PER_RUN, "lm_eval")
 
 
-@dataclass(frozen=True)
-class Merged:
-    runs: int  # runs copied in (new, or replacing a failed run the source has finished)
-    kept: int  # runs of the source the database already had, finished or both failed: left as they were
-    tuned: int  # tuning choices copied in, or made anew from both searches of a key
-    tuned_kept: int  # the source's choices whose key is stored here with nothing to add: left as they were
-
-
 def merge_files(into: Store, source: Store, combine=None) -> Merged:
-    """Copy `source`'s runs (with every row of theirs in RUN_TABLES) and tuning choices into `into`.
-
-    A run id hashes the run's whole config, so the same id in both is the same run: a finished one here
-    is kept, a failed one is replaced by the source's finished one. A tuning key stored in both gets
-    `combine(here, there)` → (search, its choice) made from both searches, or None to keep this one
-    (lrsearch.merged_search). One transaction: a failure leaves `into` as it was; the source is
-    only read. Tables or columns an older source lacks are skipped or read as NULL."""
-    check_merge(into, source)
+    """Copy `source`'s runs (with every row of theirs in RUN_TABLES) and tuning choices into `into`, by
+    clbench/storage.py's rules (`takes`, `merged_choice`; combine: lrsearch.merged_search). One transaction:
+    a failure leaves `into` as it was; the source is only read. Tables or columns an older source lacks are
+    skipped or read as NULL."""
+    storage.check_merge(into, source)
     attached = str(source.path).replace("'", "''")
     with into._connect() as db:
         db.execute(f"ATTACH '{attached}' AS source (READ_ONLY)")
@@ -450,28 +395,17 @@ def merge_files(into: Store, source: Store, combine=None) -> Merged:
     return merged
 
 
-def check_merge(into: Store, source: Store) -> None:
-    """Fail before any write if `source` could not be merged into `into`. Writes nothing."""
-    if not source.path.exists():
-        raise ClbenchError(f"results database {source.path} does not exist")
-    if into.path.exists() and into.path.resolve() == source.path.resolve():
-        raise ClbenchError(f"cannot merge {source.path} into itself")
-    source.check()
-    into.check()
-
-
 def _merge(db, combine) -> Merged:
     present = {
         t for (t,) in db.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'source'").fetchall()
     }
     if "runs" not in present:
         return Merged(0, 0, 0, 0)  # an empty database: nothing to copy
-    db.execute(
-        "CREATE TEMP TABLE taken AS SELECT s.run_id FROM source.runs s LEFT JOIN runs r USING (run_id) "
-        "WHERE r.run_id IS NULL OR (r.status <> 'finished' AND s.status = 'finished')"
-    )
-    taken = db.execute("SELECT count(*) FROM taken").fetchone()[0]
-    kept = db.execute("SELECT count(*) FROM source.runs").fetchone()[0] - taken
+    statuses = db.execute(
+        "SELECT s.run_id, r.status, s.status FROM source.runs s LEFT JOIN runs r USING (run_id)"
+    ).fetchall()
+    taken = [run_id for run_id, here, there in statuses if storage.takes(here, there)]
+    db.execute("CREATE TEMP TABLE taken AS SELECT unnest(?::VARCHAR[]) AS run_id", [taken])
     for table in RUN_TABLES[::-1]:  # a replaced failed run leaves no row of its own behind
         db.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT run_id FROM taken)")
     for table in RUN_TABLES:
@@ -479,32 +413,50 @@ def _merge(db, combine) -> Merged:
             db.execute(
                 f"INSERT INTO {table} BY NAME SELECT * FROM source.{table} WHERE run_id IN (SELECT run_id FROM taken)"
             )
-    tuned = tuned_kept = 0
-    if "tuned" in present:
-        cursor = db.execute("SELECT * FROM source.tuned ORDER BY tune_key")
-        columns = [d[0] for d in cursor.description]
-        for row in [dict(zip(columns, values)) for values in cursor.fetchall()]:
-            here = db.execute("SELECT search FROM tuned WHERE tune_key = ?", [row["tune_key"]]).fetchone()
-            made = merged_choice(
-                json.loads(here[0]) if here else None, row | {"search": json.loads(row["search"])}, combine
-            )
-            if made is None:
-                tuned_kept += 1
-                continue
-            if here is not None:
-                row = made | {"search": json.dumps(made["search"], sort_keys=True), "chosen_at": now()}
-                db.execute("DELETE FROM tuned WHERE tune_key = ?", [row["tune_key"]])
-            db.execute(
-                f"INSERT INTO tuned ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values())
-            )
-            tuned += 1
     db.execute("DROP TABLE taken")
-    return Merged(taken, kept, tuned, tuned_kept)
+    tuned, tuned_kept = _merge_tuned(db, combine) if "tuned" in present else (0, 0)
+    return Merged(len(taken), len(statuses) - len(taken), tuned, tuned_kept)
 
 
-def insert_run(db, run: dict, metrics: dict[str, float], stage_matrix: list[tuple], per_run: tuple) -> None:
+def _merge_tuned(db, combine) -> tuple[int, int]:
+    """The attached source's tuning choices into db's → (choices stored, choices kept as they were)."""
+    tuned = kept = 0
+    cursor = db.execute("SELECT * FROM source.tuned ORDER BY tune_key")
+    columns = [d[0] for d in cursor.description]
+    for row in [dict(zip(columns, values)) for values in cursor.fetchall()]:
+        here = db.execute("SELECT search FROM tuned WHERE tune_key = ?", [row["tune_key"]]).fetchone()
+        made = storage.merged_choice(
+            json.loads(here[0]) if here else None, row | {"search": json.loads(row["search"])}, combine
+        )
+        if made is None:
+            kept += 1
+            continue
+        if here is not None:  # a new choice from both searches; a choice new here is copied as it was made
+            row = made | {"search": json.dumps(made["search"], sort_keys=True), "chosen_at": now()}
+            db.execute("DELETE FROM tuned WHERE tune_key = ?", [row["tune_key"]])
+        db.execute(f"INSERT INTO tuned ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
+        tuned += 1
+    return tuned, kept
+
+
+def _close_attempt(db, run: dict, attempt: int) -> None:
+    """In record's transaction: the attempt ends with the run's status, if this process still holds it."""
+    holder = db.execute(
+        "SELECT host, pid, process_start FROM attempts WHERE run_id = ? AND attempt = ? AND outcome = 'running'",
+        [run["run_id"], attempt],
+    ).fetchone()
+    storage.ensure_held(run["run_id"], attempt, Owner(*holder) if holder else None)
+    db.execute(
+        "UPDATE attempts SET outcome = ?, ended_at = ? WHERE run_id = ? AND attempt = ?",
+        [run["status"], now(), run["run_id"], attempt],
+    )
+
+
+def insert_run(db, run: dict, metrics: dict[str, float], rows: RunRows) -> None:
     """One run's rows into the tables of TABLES: its runs row (config, versions and spec as JSON text), its
-    metrics, stage matrix, and per_run: its rows of PER_RUN's tables, in that order. Both stores write this way."""
+    metrics and the rows given. Both stores write this way."""
+    if unknown := set(rows) - RunRows.__optional_keys__:  # **rows would take a misspelt table silently
+        raise TypeError(f"record() got unexpected rows {sorted(unknown)}")
     row = dict(run, config=json.dumps(run["config"], sort_keys=True), versions=json.dumps(run["versions"]))
     if row.get("spec") is not None:
         row["spec"] = json.dumps(row["spec"], sort_keys=True)
@@ -512,10 +464,10 @@ def insert_run(db, run: dict, metrics: dict[str, float], stage_matrix: list[tupl
         f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
         list(row.values()),
     )
-    insert_values(db, run["run_id"], metrics, stage_matrix)
-    for table, rows in zip(PER_RUN, per_run):
-        if rows:
-            insert_frame(db, table, run["run_id"], rows)
+    insert_values(db, run["run_id"], metrics, rows.get("stage_matrix", ()))
+    for table in PER_RUN:
+        if rows.get(table):
+            insert_frame(db, table, run["run_id"], rows[table])
 
 
 def insert_values(db, run_id: str, metrics: dict[str, float], stage_matrix: list[tuple]) -> None:
@@ -526,28 +478,6 @@ def insert_values(db, run_id: str, metrics: dict[str, float], stage_matrix: list
         )
     if stage_matrix:
         db.executemany("INSERT INTO stage_matrix VALUES (?, ?, ?, ?, ?)", [(run_id, *r) for r in stage_matrix])
-
-
-def missing(db, run_id: str, metrics: dict[str, float], stage_matrix: list[tuple]) -> tuple[dict, list[tuple]]:
-    """Of a run's metrics and stage-matrix rows, those whose metric names db holds for it nowhere yet."""
-    held = {m for (m,) in db.execute("SELECT metric FROM metrics WHERE run_id = ?", [run_id]).fetchall()}
-    in_matrix = {
-        m for (m,) in db.execute("SELECT DISTINCT metric FROM stage_matrix WHERE run_id = ?", [run_id]).fetchall()
-    }
-    new = {k: float(v) for k, v in sorted(metrics.items()) if k not in held}
-    return new, [tuple(r) for r in stage_matrix if r[2] not in in_matrix]
-
-
-def merged_choice(here: list[dict] | None, row: dict, combine) -> dict | None:
-    """A source's tuning choice `row` (its search parsed) for a key stored here with search `here` (None: no choice
-    stored): the row to store, or None to keep here's. Both stored: combine(here, there) → (search, its choice)."""
-    if here is None:
-        return row
-    made = combine(here, row["search"]) if combine else None
-    if made is None:
-        return None
-    search, best = made
-    return row | {"lr": best["lr"], "score": best["mean"], "search": search}
 
 
 def insert_frame(db, table: str, run_id: str, rows: list[tuple]) -> None:
@@ -570,11 +500,3 @@ def _columns(db) -> dict[str, set[str]]:
     for table, column in rows:
         found.setdefault(table, set()).add(column)
     return found
-
-
-def _first_line(error: Exception) -> str:
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-
-
-def now() -> datetime:
-    return datetime.now()

@@ -25,6 +25,7 @@ import pandas as pd
 from clbench.metrics import headline
 from clbench.protocol import Outcome, execute, plan
 from clbench.spec import RunSpec
+from clbench.storage import ResultStore
 
 SPREAD = ["target_loss", "target_acc"]  # also reported as the standard deviation over seeds
 TARGET_GAP = 0.5  # the default fraction of gap_closed that defines N*
@@ -49,7 +50,7 @@ def grid_specs(task, methods: list, ns: list[int], seeds: list[int], params=None
 
 
 def sweep(
-    task, methods: list, ns: list[int], seeds: list[int], *, store, session, params=None, **how
+    task, methods: list, ns: list[int], seeds: list[int], *, store: ResultStore, session, params=None, **how
 ) -> list[Outcome]:
     """Every point planned (so checked) before the first trains, then each executed in this process."""
     by_name = {method.name: method for method in methods}
@@ -58,7 +59,7 @@ def sweep(
     return [execute(planned, store=store, session=session) for planned in plans]
 
 
-def curve(store, run_ids: list[str], by: list[str] | tuple = ()) -> pd.DataFrame:
+def curve(store: ResultStore, run_ids: list[str], by: list[str] | tuple = ()) -> pd.DataFrame:
     """Means over seeds (standard deviations for SPREAD), one row per (method, *by, n_train); by:
     task params read from each run's config (the swept ones)."""
     frame = store.query(

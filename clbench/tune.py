@@ -30,7 +30,7 @@ from clbench.method import MethodSpec
 from clbench.metrics import higher_is_better
 from clbench.protocol import execute, plan
 from clbench.spec import RunSpec, tune_key
-from clbench.store import Store
+from clbench.storage import ResultStore
 from clbench.taskspec import Task
 
 
@@ -48,7 +48,7 @@ def tune(
     methods: list[MethodSpec],
     *,
     seeds: list[int],
-    store: Store,
+    store: ResultStore,
     session,
     grid: list[float] | None = None,
     options: dict | None = None,
@@ -83,7 +83,7 @@ class Searcher:
 
     task: Task
     seeds: list[int]
-    store: Store
+    store: ResultStore
     session: object
     options: dict
     how: dict
@@ -143,7 +143,7 @@ class Searcher:
         return Choice(method.name, best["lr"], best["mean"], self.objective, search)
 
 
-def _value(store: Store, run_id: str, metric: str) -> float:
+def _value(store: ResultStore, run_id: str, metric: str) -> float:
     """A finished run's metric; +inf for a failed (diverged) run or one without it."""
     found = store.query(
         "SELECT m.value FROM runs r JOIN metrics m USING (run_id) "

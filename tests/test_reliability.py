@@ -18,7 +18,7 @@ import torch
 from conftest import run_row
 from tiny_setup import clbench_process, cli_env, run_clbench
 
-from clbench import store as store_module
+from clbench import storage
 from clbench.cli import main
 from clbench.data import Encoded
 from clbench.errors import ClbenchError, DivergedError
@@ -189,7 +189,7 @@ def test_another_hosts_claim_is_judged_by_its_heartbeat(tmp_path, silent_for, st
 
 
 def test_a_running_attempt_keeps_its_heartbeat_fresh(tiny_cli, tmp_path, monkeypatch):
-    monkeypatch.setattr(store_module, "HEARTBEAT_SECONDS", 0.05)
+    monkeypatch.setattr(storage, "HEARTBEAT_SECONDS", 0.05)
     monkeypatch.setenv("CLBENCH_TEST_FAULT", "train-step:sleep=0.1")  # 6 steps: 0.6 s of training
     assert main(tiny_cli.run_args(tmp_path / "r.duckdb", "--method", "et")) == 0
     [(started, beat)] = rows(tmp_path / "r.duckdb", "SELECT started_at, beat_at FROM attempts")

@@ -20,7 +20,8 @@ import pandas as pd
 from clbench.lrsearch import edge
 from clbench.metrics import higher_is_better
 from clbench.stats import finite, mean_ci, same, verdict, welch_p
-from clbench.store import REPORTED, Store
+from clbench.storage import ResultStore
+from clbench.store import REPORTED
 
 KEY = ["task", "method", "model", "settings", "n_train"]  # a run group: one row of the tables, over its seeds
 GENERATION_COLUMNS = ["source", "prompt", "generated", "reference", "new_tokens"]
@@ -37,7 +38,7 @@ def direction(metric: str) -> bool | None:
 # ---------------------------------------------------------------- runs and their values
 
 
-def load(store: Store) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def load(store: ResultStore) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """→ (values: one row per finished run × metric, with provenance; runs kept out with reasons; all runs)."""
     runs = store.query(
         "SELECT run_id, task, method, model, seed, status, reason, config, versions, git_commit, finished_at FROM runs "
@@ -153,30 +154,30 @@ def rank_fractions(means: pd.Series, metric: str) -> pd.Series:
 # ---------------------------------------------------------------- the optional per-run tables
 
 
-def has_table(store: Store, name: str) -> bool:
+def has_table(store: ResultStore, name: str) -> bool:
     return bool(store.query("SELECT count(*) AS n FROM information_schema.tables WHERE table_name = ?", [name]).n[0])
 
 
-def stage_matrix(store: Store) -> pd.DataFrame | None:
+def stage_matrix(store: ResultStore) -> pd.DataFrame | None:
     """The sequential runs' stage × task matrix, if this database has the table."""
     if not has_table(store, "stage_matrix"):
         return None
     return store.query("SELECT run_id, after_stage, eval_stage, metric, value FROM stage_matrix")
 
 
-def per_run_table(store: Store, name: str) -> pd.DataFrame | None:
+def per_run_table(store: ResultStore, name: str) -> pd.DataFrame | None:
     """A table of per-run rows (curves, samples), if this database has it."""
     return store.query(f"SELECT * FROM {name}") if has_table(store, name) else None
 
 
-def generations(store: Store) -> pd.DataFrame | None:
+def generations(store: ResultStore) -> pd.DataFrame | None:
     """The stored greedy continuations: run_id and GENERATION_COLUMNS, in each run's order; None without the table."""
     if not has_table(store, "generations"):
         return None
     return store.query(f"SELECT run_id, {', '.join(GENERATION_COLUMNS)} FROM generations ORDER BY run_id, number")
 
 
-def searches(store: Store) -> pd.DataFrame | None:
+def searches(store: ResultStore) -> pd.DataFrame | None:
     """The stored tuning choices (`clbench tune`), one row per tune key: task, method, model, profile, objective,
     lr (the choice), score, search (its points, by lr) and where the choice sits in it (lrsearch.edge); None
     without the table."""
@@ -191,7 +192,7 @@ def searches(store: Store) -> pd.DataFrame | None:
     return rows
 
 
-def lm_eval_checks(store: Store, values: pd.DataFrame, task: str) -> pd.DataFrame | None:
+def lm_eval_checks(store: ResultStore, values: pd.DataFrame, task: str) -> pd.DataFrame | None:
     """A task's lm-eval checks of finished runs, per run group and lm-eval metric: the means of base, adapted and
     delta, the 95 % CI half-widths of the last two over runs, runs counted. None without any."""
     if not has_table(store, "lm_eval"):
@@ -242,7 +243,7 @@ class Board:
         return self.provenance[self.provenance.task == task]
 
 
-def read_board(store: Store, values: pd.DataFrame, kept_out: pd.DataFrame, runs: pd.DataFrame) -> Board:
+def read_board(store: ResultStore, values: pd.DataFrame, kept_out: pd.DataFrame, runs: pd.DataFrame) -> Board:
     """The Board of a store, from its load()."""
     table = aggregate(values)
     return Board(
