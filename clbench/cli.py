@@ -4,6 +4,10 @@ clbench run --task all --method et
 clbench run --task arithmetic --method et,fft --seeds 0,1,2
 clbench ls tasks | methods ; clbench validate ; clbench results
 clbench leaderboard --out leaderboard/out
+
+A command is declared once, by @command above its function: its name, help and options (flags of OPTIONS, with
+the command's own overrides). Modules that import torch, pandas or duckdb are imported inside the commands that
+need them: `--help` and a bad flag answer in a tenth of a second, and `merge`, `export` and `push` run without torch.
 """
 
 from __future__ import annotations
@@ -12,10 +16,15 @@ import argparse
 import dataclasses
 import os
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+from clbench import executors
 from clbench.errors import ClbenchError
 from clbench.live import TRACKERS, live_log
+from clbench.lrsearch import merged_search
 from clbench.spec import RunSpec
 
 DEFAULT_DB = "clbench-results.duckdb"
@@ -102,135 +111,98 @@ OPTIONS = {
         "help": "also send each run's training curves and metrics to this tracker as they come (its package "
         "must be installed)",
     },
+    "--wide": {
+        "action": "store_true",
+        "help": "the results in one table with every headline metric, however wide (default: per task, the "
+        "headline metrics that fit 120 columns)",
+    },
+    "--metrics": {
+        "metavar": "A,B",
+        "help": "the results in one table with exactly these metrics, comma-separated, e.g. target_acc,forgetting_full",
+    },
     "--out": {"type": Path, "help": "output file"},
 }
 ONE_TASK = {"help": "one task name"}
-COMMAND_LINE = {  # command → (help, [option or (option, overrides) or (positional, its kwargs)])
-    "run": (
-        "run tasks × methods × seeds; only what is missing from the DB",
-        ["--task", "--method", "--model", "--profile", "--seeds", "--init", "--n-train", "--set", "--param",
-         "--budget", "--tuned", "--trust-remote-code", "--device", "--device-map", "--db", "--task-dir", "--lm-eval",
-         "--log-samples", "--log"],
-    ),
-    "tune": (
-        "choose each method's lr on the task's validation split (never its test sets); store the choice",
-        [("--task", ONE_TASK), "--method", ("--seeds", {"help": "comma-separated seeds; the choice minimises their mean"}),
-         ("--grid", {"help": "comma-separated learning rates (default: each method's declared grid)"}),
-         ("--past-edges", {"type": positive_int, "default": 0, "metavar": "N", "help": "while a choice sits on an edge of its "
-          "search, up to N more lrs, each one grid step past it (default: none)"}), "--model",
-         "--profile", "--init", ("--set", {"help": "another method option"}), "--param", "--budget", "--device",
-         "--db", "--task-dir"],
-    ),
-    "ls": ("list tasks or methods", [("what", {"choices": ["tasks", "methods"]}), "--task-dir"]),
-    "validate": (
-        "check task files (schema, params, generator; new tokens and unknown text against the model's tokenizer)",
-        [("tasks", {"nargs": "*", "metavar": "TASK_OR_FILE", "help": "task names or task YAML files (default: every task)"}),
-         ("--profile", {"help": "check the data of this profile (default: the task's own)"}),
-         ("--model", {"help": "check against this model's tokenizer (default: the task's or profile's)"}),
-         "--task-dir"],
-    ),
-    "results": (
-        "print finished results: mean over seeds per task × method × model",
-        ["--db", ("--task", {"required": False, "help": "only this task"})],
-    ),
-    "sweep": (
-        "sample-efficiency curve: run methods × n_train × seeds; only what is missing",
-        [("--task", ONE_TASK), "--method",
-         ("--n", {"required": True, "help": "comma-separated numbers of training examples, e.g. 10,50,200"}),
-         "--seeds", "--model", "--profile", "--init", "--set", "--tuned",
-         ("--param", {"metavar": "KEY=V1,V2,...", "help": "sweep a task param over these values (repeatable: the "
-                      "grid is their cartesian product)"}),
-         "--budget",
-         ("--target-gap", {"type": float, "default": 0.5, "help": "N*: the smallest n_train whose mean gap_closed "
-                           "reaches this (default: 0.5); printed with the fit N* ≈ c·s·ln|V| after a dictionary_size sweep"}),
-         "--db", "--task-dir",
-         ("--executor", {"default": "inline", "choices": ["inline", "local", "slurm"],
-                         "help": "inline: this process; local/slurm: submitit jobs (see clbench/executors.py)"}),
-         ("--workers", {"type": positive_int, "default": 1, "help": "submitit jobs the grid is split into"}),
-         ("--executor-folder", {"default": "clbench-jobs", "help": "submitit logs and pickles (shared FS on SLURM)"}),
-         ("--slurm-partition", {}), ("--gpus-per-job", {"type": int, "default": 0}),
-         ("--timeout-min", {"type": positive_int, "default": 240}), "--device"],
-    ),
-    "explain": (
-        "nearest old tokens and sparse decomposition of a run's learned new rows",
-        [("run_id", {"help": "a finished run's id (or a unique prefix)"}),
-         ("-s", {"type": positive_int, "default": 4, "help": "old tokens in the sparse decomposition (default: 4)"}),
-         "--db"],
-    ),
-    "leaderboard": (
-        "write index.html, leaderboard.md and leaderboard.csv from a results DB",
-        ["--db", ("--out", {"default": Path("leaderboard/out"), "help": "output folder (default: leaderboard/out)"})],
-    ),
-    "report": (
-        "--paper: the paper's three tables beside clbench's results (Markdown)",
-        [("--paper", {"action": "store_true", "help": "the paper's tables (the one report so far)"}), "--db",
-         ("--out", {"help": "write the Markdown to this file (default: print it)"})],
-    ),
-    "lm-eval": (
-        "score a finished run's base and adapted model with lm-eval tasks (rebuilds the run)",
-        [("--run", {"required": True, "metavar": "RUN_ID", "help": "a finished run's id (see the runs table)"}),
-         ("--tasks", {"required": True, "help": "lm-eval task names, comma-separated, e.g. "
-                      "clbench_old_text,clbench_old_skill"}),
-         ("--batch-size", {"type": positive_int, "default": 32}), "--db", "--task-dir"],
-    ),
-    "rescore": (
-        "rebuild finished runs from their records and add the metrics they lack (e.g. drift, to runs made before it)",
-        [("--run", {"metavar": "RUN_IDS", "help": "these runs, comma-separated (default: every finished run "
-                    "of --split that lacks --missing)"}),
-         ("--task", {"required": False, "help": "only these tasks, comma-separated"}),
-         ("--method", {"required": False, "help": "only these methods, comma-separated"}),
-         ("--split", {"default": "test", "choices": ["test", "validation"],
-                      "help": "test: the reported runs (default); validation: tuning runs"}),
-         ("--missing", {"default": "drift_kl_oldvocab", "metavar": "METRIC",
-                        "help": "rescore the runs without this metric (default: drift_kl_oldvocab)"}),
-         "--device", "--db", "--task-dir"],
-    ),
-    "export": (
-        "write one self-describing record per run (Parquet or JSON Lines)",
-        [("--format", {"default": "parquet", "choices": ["parquet", "jsonl"], "help": "default: parquet"}),
-         ("--out", {"help": "output file (default: clbench-results.parquet or .jsonl here)"}), "--db",
-         ("--task", {"required": False, "help": "only these tasks, comma-separated"}),
-         ("--method", {"required": False, "help": "only these methods, comma-separated"})],
-    ),
-    "merge": (
-        "copy the runs and tuning choices of other results stores into one (what it lacks)",
-        [("sources", {"nargs": "+", "metavar": "SOURCE", "help": "results DBs or record stores to read (never written)"}),
-         "--db"],
-    ),
-    "push": (
-        "export every run as Parquet to a Hugging Face hub dataset",
-        [("--repo", {"required": True, "metavar": "ORG/NAME", "help": "the dataset repo (created if missing)"}), "--db",
-         ("--private", {"action": "store_true", "help": "create the repo private (an existing one keeps its)"}),
-         ("--token-env", {"metavar": "NAME", "help": "read the hub token from $NAME (default: HF_TOKEN or a saved login)"})],
-    ),
-    "build-base": (
-        "build the arithmetic base's recipe here (builtin:arith-local; --force rebuilds) and compare it with the "
-        "shipped base (builtin:arith-llama)",
-        [("--force", {"action": "store_true"})],
-    ),
-}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    flags: list[str]  # in the order --help lists them: OPTIONS' flags, the command's own and positionals
+    own: dict[str, dict]  # flag → argparse keywords over OPTIONS' (where its meaning differs) or in place of them
+    function: Callable[[argparse.Namespace], int]
+
+
+COMMANDS: dict[str, Command] = {}  # in declaration order, the order `clbench --help` lists them
+
+
+def command(name: str, help: str, flags: str, own: dict[str, dict] | None = None):
+    """Declares the command the decorated function runs; flags: space-separated."""
+
+    def declare(function: Callable[[argparse.Namespace], int]):
+        COMMANDS[name] = Command(name, help, flags.split(), own or {}, function)
+        return function
+
+    return declare
 
 
 def build_parser() -> Parser:
     parser = Parser(prog="clbench", description="Continual-learning benchmark for vocabulary expansion in LMs.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for name, (help_text, options) in COMMAND_LINE.items():
-        command = commands.add_parser(name, help=help_text)
-        for option in options:
-            flag, overrides = (option, {}) if isinstance(option, str) else option
-            command.add_argument(flag, **{**OPTIONS.get(flag, {}), **overrides})
+    for declared in COMMANDS.values():
+        sub = commands.add_parser(declared.name, help=declared.help)
+        for flag in declared.flags:
+            sub.add_argument(flag, **{**OPTIONS.get(flag, {}), **declared.own.get(flag, {})})
     return parser
 
 
+def spec_arguments(args, n_methods: int) -> dict:
+    """RunSpec.make's keywords from the flags of run, tune and sweep: --model, --profile, --init, --set (for one
+    method), --budget, and those of --n-train, --tuned and --param the command takes."""
+    given = vars(args)
+    how = {"model": args.model, "profile": args.profile, "init": args.init}
+    how |= {"options": method_options(args.set, n_methods), "budget_overrides": parse_options(args.budget, "--budget")}
+    how |= {name: given[name] for name in ("n_train", "tuned") if name in given}
+    if "param" in given:
+        how["param_overrides"] = parse_options(args.param, "--param")
+    return how
+
+
+def method_options(pairs: list[str], n_methods: int) -> dict[str, str]:
+    """--set KEY=VALUE (repeatable) → {KEY: VALUE}, for one method only: each method has its own options."""
+    options = parse_options(pairs)
+    if options and n_methods > 1:
+        raise ClbenchError("--set applies to one method; name a single --method with it")
+    return options
+
+
+def summary_view(args) -> dict:
+    """summary()'s keywords from --wide and --metrics, names checked."""
+    from clbench.report.summary import metric_names
+
+    if args.wide and args.metrics:
+        raise ClbenchError("--wide shows every headline metric and --metrics the ones named: give one")
+    return {"wide": args.wide, "metrics": metric_names(args.metrics) if args.metrics else None}
+
+
+@command(
+    "run",
+    "run tasks × methods × seeds; only what is missing from the DB",
+    "--task --method --model --profile --seeds --init --n-train --set --param --budget --tuned --trust-remote-code "
+    "--device --device-map --db --task-dir --lm-eval --log-samples --log --wide --metrics",
+)
 def cmd_run(args) -> int:
     from clbench import distributed
     from clbench.method import methods
     from clbench.protocol import Session, plan
     from clbench.records import open_store
+    from clbench.report.summary import summary
     from clbench.taskspec import load_tasks
 
     tasks, registry = load_tasks(args.task_dir), methods()
     specs = run_specs(args, tasks.resolve(args.task), registry.resolve(args.method))
+    view = summary_view(args)
     main = distributed.is_main()
     store = open_store(args.db)
     session = Session(trust_remote_code=args.trust_remote_code, device=args.device, device_map=args.device_map)
@@ -243,21 +215,21 @@ def cmd_run(args) -> int:
         plan(spec, tasks.get(spec.task), registry.get(spec.method), session=session, tuned_lr=store.tuned_lr)
         for spec in specs
     ]
-    outcomes = [execute_checked(planned, store, session, args, checker, live) for planned in plans]
+    outcomes = execute_all(plans, store, session, args, checker, live)
     distributed.close()
     if not main:
         return 0  # the other processes trained in lockstep; the main one reports
     failed = report_statuses([o.status for o in outcomes], args.db)
-    print(summary(store, [o.run_id for o in outcomes]))
+    print(summary(store, [o.run_id for o in outcomes], **view))
     return 1 if failed else 0
 
 
-def run_specs(args, task_names: list[str], method_names: list[str]) -> list:
+def run_specs(args, task_names: list[str], method_names: list[str]) -> list[RunSpec]:
     """`clbench run`'s arguments → one RunSpec per task × method × seed, every flag checked first."""
     from clbench import distributed
     from clbench.devices import resolve_device
 
-    seeds, options = parse_seeds(args.seeds), method_options(args.set, len(method_names))
+    seeds, how = parse_seeds(args.seeds), spec_arguments(args, len(method_names))
     resolve_device(args.device)  # a bad --device fails before any model is loaded
     if args.device_map and args.device != "auto":
         raise ClbenchError("--device-map places the model itself; leave --device at auto")
@@ -267,27 +239,42 @@ def run_specs(args, task_names: list[str], method_names: list[str]) -> list:
             f"{'--device-map' if args.device_map else '--lm-eval'} runs in one process, not under "
             "accelerate launch (for --lm-eval: `clbench lm-eval --run RUN_ID` afterwards)"
         )
-    shared = {
-        "model": args.model,
-        "profile": args.profile,
-        "options": options,
-        "init": args.init,
-        "n_train": args.n_train,
-        "tuned": args.tuned,
-        "param_overrides": parse_options(args.param, "--param"),
-        "budget_overrides": parse_options(args.budget, "--budget"),
-    }
     return [
-        RunSpec.make(task, method, seed=seed, **shared)
+        RunSpec.make(task, method, seed=seed, **how)
         for task in task_names
         for method in method_names
         for seed in seeds
     ]
 
 
+def execute_all(plans: list, store, session, args, checker, live) -> list:
+    """execute_checked() each plan in turn; of several, each announced with the time left (progress)."""
+    from clbench.protocol import log
+
+    outcomes, seconds = [], []
+    for number, planned in enumerate(plans, 1):
+        if len(plans) > 1:
+            log(progress(number, len(plans), seconds))
+        started = time.monotonic()
+        outcomes.append(execute_checked(planned, store, session, args, checker, live))
+        if outcomes[-1].status == "finished":  # a skipped run takes no time, and would pull the estimate down
+            seconds.append(time.monotonic() - started)
+    return outcomes
+
+
+def progress(number: int, total: int, seconds: list[float]) -> str:
+    """ "run 3/8", with the time this run and the rest will take at the mean of the finished runs' seconds."""
+    line = f"run {number}/{total}"
+    if not seconds:
+        return line
+    minutes = round((total - number + 1) * sum(seconds) / len(seconds) / 60)
+    return f"{line}: about {minutes} min left" if minutes else f"{line}: under a minute left"
+
+
 def execute_checked(planned, store, session, args, checker, live):
     """execute() one plan; with --lm-eval, the lm-eval tasks on its adapted model (a run already in the store is
     rebuilt for them)."""
+    from clbench.lmeval import check_run, format_rows
     from clbench.protocol import execute
 
     captured = {}
@@ -301,48 +288,9 @@ def execute_checked(planned, store, session, args, checker, live):
         on_adapted=keep if checker else None,
     )
     if checker and outcome.status in ("finished", "skipped"):  # not failed, nor left to another process
-        from clbench.lmeval import check_run, format_rows
-
         rows = check_run(store, outcome.run_id, checker, captured or None, session, args.task_dir, only_missing=True)
         print(format_rows(outcome.run_id, rows), file=sys.stderr)
     return outcome
-
-
-def cmd_tune(args) -> int:
-    from clbench.devices import resolve_device
-    from clbench.method import methods
-    from clbench.protocol import Session
-    from clbench.records import open_store
-    from clbench.taskspec import load_tasks
-    from clbench.tune import table, tune
-
-    task, registry = load_tasks(args.task_dir).get(args.task), methods()
-    chosen = [registry.get(name) for name in registry.resolve(args.method)]
-    options = method_options(args.set, len(chosen))
-    grid = parse_grid(args.grid) if args.grid else None
-    seeds = parse_seeds(args.seeds)
-    resolve_device(args.device)
-    store = open_store(args.db)
-    store.check()
-    choices = tune(
-        task, chosen, seeds=seeds, store=store, session=Session(device=args.device), grid=grid, options=options,
-        past_edges=args.past_edges,
-        model=args.model, profile=args.profile, init=args.init,
-        param_overrides=parse_options(args.param, "--param"),
-        budget_overrides=parse_options(args.budget, "--budget"),
-    )  # fmt: skip
-    print(table(choices))
-    return 0
-
-
-def parse_grid(text: str) -> list[float]:
-    try:
-        grid = [float(s) for s in text.split(",")]
-    except ValueError:
-        raise ClbenchError(f"--grid must be comma-separated learning rates, got {text!r}") from None
-    if any(not (lr > 0 and lr < float("inf")) for lr in grid) or len(set(grid)) != len(grid):
-        raise ClbenchError(f"--grid must be distinct positive finite learning rates, got {text!r}")
-    return grid
 
 
 def report_statuses(statuses: list[str], db: str) -> int:
@@ -357,64 +305,74 @@ def report_statuses(statuses: list[str], db: str) -> int:
     return counts["failed"]
 
 
-def summary(store, run_ids: list[str] | None = None, task: str | None = None) -> str:
-    """`clbench results` and the end of `clbench run`: one row per run group (leaderboard.KEY) with its
-    lr, seeds and headline metrics, each cell as on the leaderboard (mean ± 95 % CI, marks). Settings
-    besides lr are shown only where two rows would otherwise look the same."""
-    import textwrap
-
-    from clbench.metrics import headline
-    from clbench.report.format import CELLS_NOTE, arrow, cell_text, fmt_lr
-    from clbench.report.load import KEY, aggregate, load
-
-    values = load(store)[0]
-    if run_ids is not None:
-        values = values[values.run_id.isin(run_ids)]
-    if task:
-        values = values[values.task == task]
-    if values.empty:
-        return "(no finished runs)"
-    table = aggregate(values)
-    groups = table.groupby(KEY, dropna=False, sort=True).agg(lr=("lr", "first"), seeds=("runs", "max")).reset_index()
-    rows = groups[["task", "method", "model", "n_train"]].assign(lr=groups.lr.map(fmt_lr), seeds=groups.seeds)
-    if rows.drop(columns="seeds").duplicated().any():
-        rows["settings"] = groups.settings
-    for metric in [m for m in headline("summary") if m in set(table.metric)]:
-        stats = table[table.metric == metric].set_index(KEY)
-        cells = []
-        for key in groups[KEY].itertuples(index=False):
-            row = stats.loc[tuple(key)] if tuple(key) in stats.index else None
-            text = "" if row is None else cell_text(row)
-            cells.append(f"**{text}**" if row is not None and row["verdict"] == "best" else text)
-        rows[metric + arrow(metric)] = cells
-    return rows.to_markdown(index=False, tablefmt="simple") + "\n" + textwrap.fill(CELLS_NOTE, 119)
-
-
 def lm_eval_checker(text: str, batch_size: int = 32):
     from clbench.lmeval import Checker, parse_tasks
 
     return Checker(parse_tasks(text), batch_size)
 
 
-def cmd_lm_eval(args) -> int:
-    from clbench.lmeval import check_run, format_rows
+@command(
+    "tune",
+    "choose each method's lr on the task's validation split (never its test sets); store the choice",
+    "--task --method --seeds --grid --past-edges --model --profile --init --set --param --budget --device --db "
+    "--task-dir",
+    {
+        "--task": ONE_TASK,
+        "--seeds": {"help": "comma-separated seeds; the choice minimises their mean"},
+        "--grid": {"help": "comma-separated learning rates (default: each method's declared grid)"},
+        "--past-edges": {
+            "type": positive_int,
+            "default": 0,
+            "metavar": "N",
+            "help": "while a choice sits on an edge of its search, up to N more lrs, each one grid step past it "
+            "(default: none)",
+        },
+        "--set": {"help": "another method option"},
+    },
+)
+def cmd_tune(args) -> int:
+    from clbench.devices import resolve_device
+    from clbench.method import methods
     from clbench.protocol import Session
     from clbench.records import open_store
+    from clbench.taskspec import load_tasks
+    from clbench.tune import table, tune
 
-    store, checker = open_store(args.db), lm_eval_checker(args.tasks, args.batch_size)
-    print(format_rows(args.run, check_run(store, args.run, checker, None, Session(), args.task_dir)))
+    task, registry = load_tasks(args.task_dir).get(args.task), methods()
+    chosen = [registry.get(name) for name in registry.resolve(args.method)]
+    how = spec_arguments(args, len(chosen))
+    grid = parse_grid(args.grid) if args.grid else None
+    seeds = parse_seeds(args.seeds)
+    resolve_device(args.device)
+    store = open_store(args.db)
+    store.check()
+    session = Session(device=args.device)
+    choices = tune(
+        task, chosen, seeds=seeds, store=store, session=session, grid=grid, past_edges=args.past_edges, **how
+    )
+    print(table(choices))
     return 0
 
 
-def cmd_ls(args) -> int:
-    if args.what == "tasks":
-        from clbench.taskspec import load_tasks
+def parse_grid(text: str) -> list[float]:
+    try:
+        grid = [float(s) for s in text.split(",")]
+    except ValueError:
+        raise ClbenchError(f"--grid must be comma-separated learning rates, got {text!r}") from None
+    if any(not (lr > 0 and lr < float("inf")) for lr in grid) or len(set(grid)) != len(grid):
+        raise ClbenchError(f"--grid must be distinct positive finite learning rates, got {text!r}")
+    return grid
 
+
+@command("ls", "list tasks or methods", "what --task-dir", {"what": {"choices": ["tasks", "methods"]}})
+def cmd_ls(args) -> int:
+    from clbench.method import methods
+    from clbench.taskspec import load_tasks
+
+    if args.what == "tasks":
         for name, task in ((n, load_tasks(args.task_dir).get(n)) for n in load_tasks(args.task_dir)):
             print(f"{name:<16} v{task.spec.version}  {task.spec.model:<24} {task.spec.description}")
     else:
-        from clbench.method import methods
-
         for name in methods():
             spec = methods().get(name)
             options = ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(spec.config_cls))
@@ -422,6 +380,20 @@ def cmd_ls(args) -> int:
     return 0
 
 
+@command(
+    "validate",
+    "check task files (schema, params, generator; new tokens and unknown text against the model's tokenizer)",
+    "tasks --profile --model --task-dir",
+    {
+        "tasks": {
+            "nargs": "*",
+            "metavar": "TASK_OR_FILE",
+            "help": "task names or task YAML files (default: every task)",
+        },
+        "--profile": {"help": "check the data of this profile (default: the task's own)"},
+        "--model": {"help": "check against this model's tokenizer (default: the task's or profile's)"},
+    },
+)
 def cmd_validate(args) -> int:
     """Every problem is one line on stderr (exit 2); a task whose model's tokenizer is not on this machine
     is built with the character tokenizer and says its tokenizer was not checked (exit 0)."""
@@ -456,196 +428,144 @@ def validated_tasks(args) -> list:
 
 
 def check_task(task, profile: str | None, model: str | None, tokenizers: dict) -> tuple[str, list[str]]:
-    """Builds the task's data with its model's tokenizer (weights are not loaded) and makes the checks a
-    run's preflight makes on it: new tokens against the vocabulary, text that would become <unk>.
-    tokenizers: model → tokenizer (or why there is none), shared across tasks. → (summary, problems)."""
-    import copy
-
+    """Builds the task's data with its model's tokenizer (weights are not loaded) and makes the checks a run's
+    preflight makes on it. tokenizers: model → tokenizer (or why there is none), shared across tasks.
+    → (summary, problems)."""
     from clbench.arith import char_tokenizer
-    from clbench.data import read_all
-    from clbench.expand import add_new_tokens, check_expansion
-    from clbench.models import NotOffline, load_tokenizer
 
     for other in task.spec.profiles:
         task.resolved(other)
     default_model, budget, params = task.resolved(profile)
     model = model or default_model
-    if model not in tokenizers:
-        try:
-            tokenizers[model] = load_tokenizer(model)
-        except NotOffline as error:
-            tokenizers[model] = f"tokenizer not checked: {error}"
-    tokenizer = tokenizers[model]
+    tokenizer = tokenizer_of(model, tokenizers)
     offline = isinstance(tokenizer, str)
     data = task.build(params, char_tokenizer() if offline else tokenizer)  # a generator needs some tokenizer
-    if budget.n_train > len(data.train):
-        raise ClbenchError(
-            f"task {task.name!r}: budget.n_train {budget.n_train} exceeds its {len(data.train)} training examples"
-        )
     summary = (
         f"{task.name} v{task.spec.version}: {len(data.new_tokens)} new tokens, {len(data.train)} train, "
         f"{len(data.target_test)} target, {len(data.old_text)} old-text, {len(data.validation)} validation"
     )
     if short := data.shortfall(params):
         summary += f" ({short})"
-    if offline:
-        return f"{summary}; {tokenizer}", []
     try:
-        check_expansion(tokenizer, data.new_tokens, task.spec.init)
+        problems = data_problems(task, data, budget.n_train, tokenizer)
     except ClbenchError as error:
-        return summary, [f"task {task.name!r} with {model}'s tokenizer: {error}"]
-    expanded = copy.deepcopy(tokenizer)
-    add_new_tokens(expanded, data.new_tokens, whole_words=data.whole_word_tokens)
-    unknown = read_all(
-        tokenizer, expanded, data, budget.n_train, sys.maxsize, allow_unknown=task.spec.allow_unknown_tokens
-    )
-    return summary, [f"task {task.name!r} with {model}'s tokenizer: {p}" for p in unknown]
+        problems = [str(error)]
+    where = f"task {task.name!r}" if offline else f"task {task.name!r} with {model}'s tokenizer"
+    return (f"{summary}; {tokenizer}" if offline else summary), [f"{where}: {p}" for p in problems]
 
 
+def data_problems(task, data, n_train: int, tokenizer) -> list[str]:
+    """protocol.data_problems: every set a run would read as <unk>, one line each; with no tokenizer here (a str
+    saying why), the count of training examples alone."""
+    from clbench import protocol
+
+    if isinstance(tokenizer, str):
+        protocol.check_training_examples(data, n_train)
+        return []
+    # without the weights the model's context is unknown: no sequence is too long here
+    allow_unknown = task.spec.allow_unknown_tokens
+    return protocol.data_problems(tokenizer, data, n_train, task.spec.init, sys.maxsize, allow_unknown=allow_unknown)
+
+
+def tokenizer_of(model: str, tokenizers: dict):
+    """The model's tokenizer, loaded once across tasks, or why there is none on this machine (a str)."""
+    from clbench.models import NotOffline, load_tokenizer
+
+    if model not in tokenizers:
+        try:
+            tokenizers[model] = load_tokenizer(model)
+        except NotOffline as error:
+            tokenizers[model] = f"tokenizer not checked: {error}"
+    return tokenizers[model]
+
+
+@command(
+    "results",
+    "print finished results: mean over seeds per task × method × model",
+    "--db --task --wide --metrics",
+    {"--task": {"required": False, "help": "only this task"}},
+)
 def cmd_results(args) -> int:
     from clbench.records import open_store
+    from clbench.report.summary import summary
 
-    print(summary(open_store(args.db), task=args.task))
+    print(summary(open_store(args.db), task=args.task, **summary_view(args)))
     return 0
 
 
-def cmd_leaderboard(args) -> int:
-    from clbench.report.leaderboard import build
-
-    out = build(args.db, args.out)
-    print(f"wrote {out / 'index.html'}, {out / 'leaderboard.md'}, {out / 'leaderboard.csv'}")
-    return 0
-
-
-def cmd_export(args) -> int:
-    from clbench.export import export
-
-    out = args.out or Path(f"clbench-results.{args.format}")
-    split = lambda names: names.split(",") if names else None
-    runs = export(args.db, out, args.format, tasks=split(args.task), methods=split(args.method))
-    print(f"wrote {runs} runs to {out}")
-    return 0
-
-
-def cmd_rescore(args) -> int:
-    from clbench import metrics
-    from clbench.protocol import Session, log
-    from clbench.records import open_store
-    from clbench.rescore import rescore, selected
-
-    metrics.METRICS.get(args.missing)  # an undeclared name fails here, with "did you mean"
-    split = lambda names: names.split(",") if names else None
-    store = open_store(args.db)
-    ids = selected(
-        store,
-        runs=split(args.run),
-        tasks=split(args.task),
-        method_names=split(args.method),
-        split=args.split,
-        missing=args.missing,
-    )
-    if not ids:
-        print(f"nothing to rescore: no selected finished run of {store.path} lacks {args.missing}")
-        return 0
-    session, failed = Session(device=args.device), []
-    for number, run_id in enumerate(ids, 1):
-        log(f"[{number}/{len(ids)}] rescoring run {run_id}")
-        try:
-            print(f"{run_id}  {rescore(store, run_id, session, args.task_dir)} metrics added")
-        except ClbenchError as error:  # one run that does not reproduce leaves the others to do
-            failed.append(run_id)
-            print(f"{run_id}  not rescored: {error}", file=sys.stderr)
-    if failed:
-        raise ClbenchError(f"{len(failed)} of {len(ids)} runs not rescored (above); the others were")
-    return 0
-
-
-def cmd_merge(args) -> int:
-    from clbench.lrsearch import merged_search
-    from clbench.records import merge, open_store
-    from clbench.storage import check_merge
-
-    into, sources = open_store(args.db), [open_store(path) for path in args.sources]
-    for source in sources:  # every source is checked before the first is copied
-        check_merge(into, source)
-    for source in sources:
-        merged = merge(into, source, combine=merged_search)
-        print(
-            f"{source.path}: {merged.runs} runs copied, {merged.kept} already in {into.path}; "
-            f"{merged.tuned} tuning choices copied or extended, {merged.tuned_kept} kept as they were"
-        )
-    return 0
-
-
-def cmd_push(args) -> int:
-    from clbench.export import push
-
-    token = os.environ.get(args.token_env) if args.token_env else None
-    if args.token_env and not token:
-        raise ClbenchError(f"--token-env {args.token_env}: ${args.token_env} is not set")
-    print(f"pushed to {push(args.db, args.repo, private=args.private, token=token)}")
-    return 0
-
-
-def cmd_report(args) -> int:
-    from clbench.report.paper import report
-
-    if not args.paper:
-        raise ClbenchError("report: say which report; the one so far is --paper")
-    text = report(args.db, args.out)
-    print(f"wrote {args.out}" if args.out else text)
-    return 0
-
-
-def cmd_build_base(args) -> int:
-    from clbench import arith_llama
-
-    model, tokenizer = arith_llama.load_or_build(force=args.force)
-    print("\n".join(arith_llama.versus_shipped(model, tokenizer)))
-    return 0
-
-
+@command(
+    "sweep",
+    "sample-efficiency curve: run methods × n_train × seeds; only what is missing",
+    "--task --method --n --seeds --model --profile --init --set --tuned --param --budget --target-gap --db "
+    "--task-dir --executor --workers --executor-folder --slurm-partition --gpus-per-job --timeout-min --device",
+    {
+        "--task": ONE_TASK,
+        "--n": {"required": True, "help": "comma-separated numbers of training examples, e.g. 10,50,200"},
+        "--param": {
+            "dest": "swept",  # a grid, not an override: spec_arguments leaves it to parse_sweep_params
+            "metavar": "KEY=V1,V2,...",
+            "help": "sweep a task param over these values (repeatable: the grid is their cartesian product)",
+        },
+        "--target-gap": {
+            "type": float,
+            "default": 0.5,
+            "help": "N*: the smallest n_train whose mean gap_closed reaches this (default: 0.5); printed with the "
+            "fit N* ≈ c·s·ln|V| after a dictionary_size sweep",
+        },
+        "--executor": {
+            "default": "inline",
+            "choices": ["inline", "local", "slurm"],
+            "help": "inline: this process; local/slurm: submitit jobs (see clbench/executors.py)",
+        },
+        "--workers": {"type": positive_int, "default": 1, "help": "submitit jobs the grid is split into"},
+        "--executor-folder": {"default": "clbench-jobs", "help": "submitit logs and pickles (shared FS on SLURM)"},
+        "--gpus-per-job": {"type": int, "default": 0},
+        "--timeout-min": {"type": positive_int, "default": 240},
+    },
+)
 def cmd_sweep(args) -> int:
     from clbench.devices import resolve_device
     from clbench.method import methods
     from clbench.protocol import Session
     from clbench.records import open_store
-    from clbench.sweep import grid, grid_specs, sweep
+    from clbench.sweep import grid, sweep
     from clbench.taskspec import load_tasks
 
     task, registry = load_tasks(args.task_dir).get(args.task), methods()
     chosen = [registry.get(name) for name in registry.resolve(args.method)]
     ns, seeds = parse_counts(args.n), parse_seeds(args.seeds)
-    swept, budget = parse_sweep_params(args.param), parse_options(args.budget, "--budget")
-    options = method_options(args.set, len(chosen))
+    swept, how = parse_sweep_params(args.swept), spec_arguments(args, len(chosen))
     for point in grid(swept):  # every point's values are checked by the task's schemas before any run
-        task.resolved(args.profile, params_override=point or None, budget_override=budget or None)
+        task.resolved(args.profile, params_override=point or None, budget_override=how["budget_overrides"] or None)
     resolve_device(args.device)
     store, session = open_store(args.db), Session(device=args.device)
-    how = {"model": args.model, "profile": args.profile, "init": args.init, "budget_overrides": budget}
-    how |= {"options": options, "tuned": args.tuned}
     if args.executor == "inline":
         outcomes = [
             (o.run_id, o.status)
             for o in sweep(task, chosen, ns, seeds, store=store, session=session, params=swept, **how)
         ]
     else:
-        from clbench.executors import RunRequest, execute
-        from clbench.records import is_record_store
-
-        # jobs run elsewhere: an absolute path, still saying which kind of store it is
-        db_path = str(Path(args.db).resolve()) + ("/" if is_record_store(args.db) else "")
-        task_dirs = tuple(str(d.resolve()) for d in args.task_dir)
-        requests = [
-            RunRequest(spec, db_path, device=args.device, task_dirs=task_dirs)
-            for spec in grid_specs(task, chosen, ns, seeds, swept, **how)
-        ]
-        jobs = {"workers": args.workers, "folder": args.executor_folder, "timeout_min": args.timeout_min}
-        jobs |= {"slurm_partition": args.slurm_partition, "gpus_per_job": args.gpus_per_job}
-        outcomes = [(run_id, status) for run_id, status, _ in execute(requests, args.executor, **jobs)]
+        outcomes = submitted(args, task, chosen, ns, seeds, swept, how)
     failed = report_statuses([status for _, status in outcomes], args.db)
     print_sweep(store, [run_id for run_id, _ in outcomes], list(swept), args, task, session)
     return 1 if failed else 0
+
+
+def submitted(args, task, chosen: list, ns: list[int], seeds: list[int], swept: dict, how: dict) -> list:
+    """The sweep's points run as submitit jobs (clbench/executors.py) → (run_id, status) each."""
+    from clbench.records import is_record_store
+    from clbench.sweep import grid_specs
+
+    # jobs run elsewhere: an absolute path, still saying which kind of store it is
+    db_path = str(Path(args.db).resolve()) + ("/" if is_record_store(args.db) else "")
+    task_dirs = tuple(str(d.resolve()) for d in args.task_dir)
+    requests = [
+        executors.RunRequest(spec, db_path, device=args.device, task_dirs=task_dirs)
+        for spec in grid_specs(task, chosen, ns, seeds, swept, **how)
+    ]
+    jobs = {"workers": args.workers, "folder": args.executor_folder, "timeout_min": args.timeout_min}
+    jobs |= {"slurm_partition": args.slurm_partition, "gpus_per_job": args.gpus_per_job}
+    return [(run_id, status) for run_id, status, _ in executors.execute(requests, args.executor, **jobs)]
 
 
 def print_sweep(store, run_ids: list[str], swept: list[str], args, task, session) -> None:
@@ -660,14 +580,6 @@ def print_sweep(store, run_ids: list[str], swept: list[str], args, task, session
     if swept == [LAW_PARAM] and "gap_closed" in table:
         vocab = len(session.base(args.model or task.resolved(args.profile)[0]).tokenizer)
         print(law_report(n_star_table(table, swept, args.target_gap), vocab, args.target_gap))
-
-
-def method_options(pairs: list[str], n_methods: int) -> dict[str, str]:
-    """--set KEY=VALUE (repeatable) → {KEY: VALUE}, for one method only: each method has its own options."""
-    options = parse_options(pairs)
-    if options and n_methods > 1:
-        raise ClbenchError("--set applies to one method; name a single --method with it")
-    return options
 
 
 def parse_sweep_params(pairs: list[str]) -> dict[str, list[str]]:
@@ -692,6 +604,15 @@ def parse_counts(text: str) -> list[int]:
     return counts
 
 
+@command(
+    "explain",
+    "nearest old tokens and sparse decomposition of a run's learned new rows",
+    "run_id -s --db",
+    {
+        "run_id": {"help": "a finished run's id (or a unique prefix)"},
+        "-s": {"type": positive_int, "default": 4, "help": "old tokens in the sparse decomposition (default: 4)"},
+    },
+)
 def cmd_explain(args) -> int:
     from clbench.explain import explain
     from clbench.protocol import Session
@@ -701,23 +622,200 @@ def cmd_explain(args) -> int:
     return 0
 
 
-COMMANDS = {
-    "run": cmd_run,
-    "ls": cmd_ls,
-    "validate": cmd_validate,
-    "results": cmd_results,
-    "build-base": cmd_build_base,
-    "sweep": cmd_sweep,
-    "tune": cmd_tune,
-    "explain": cmd_explain,
-    "leaderboard": cmd_leaderboard,
-    "report": cmd_report,
-    "lm-eval": cmd_lm_eval,
-    "merge": cmd_merge,
-    "export": cmd_export,
-    "rescore": cmd_rescore,
-    "push": cmd_push,
-}
+@command(
+    "leaderboard",
+    "write index.html, leaderboard.md and leaderboard.csv from a results DB",
+    "--db --out",
+    {"--out": {"default": Path("leaderboard/out"), "help": "output folder (default: leaderboard/out)"}},
+)
+def cmd_leaderboard(args) -> int:
+    from clbench.report.leaderboard import build
+
+    out = build(args.db, args.out)
+    print(f"wrote {out / 'index.html'}, {out / 'leaderboard.md'}, {out / 'leaderboard.csv'}")
+    return 0
+
+
+@command(
+    "report",
+    "--paper: the paper's three tables beside clbench's results (Markdown)",
+    "--paper --db --out",
+    {
+        "--paper": {"action": "store_true", "help": "the paper's tables (the one report so far)"},
+        "--out": {"help": "write the Markdown to this file (default: print it)"},
+    },
+)
+def cmd_report(args) -> int:
+    from clbench.report.paper import report
+
+    if not args.paper:
+        raise ClbenchError("report: say which report; the one so far is --paper")
+    text = report(args.db, args.out)
+    print(f"wrote {args.out}" if args.out else text)
+    return 0
+
+
+@command(
+    "lm-eval",
+    "score a finished run's base and adapted model with lm-eval tasks (rebuilds the run)",
+    "--run --tasks --batch-size --db --task-dir",
+    {
+        "--run": {"required": True, "metavar": "RUN_ID", "help": "a finished run's id (see the runs table)"},
+        "--tasks": {
+            "required": True,
+            "help": "lm-eval task names, comma-separated, e.g. clbench_old_text,clbench_old_skill",
+        },
+        "--batch-size": {"type": positive_int, "default": 32},
+    },
+)
+def cmd_lm_eval(args) -> int:
+    from clbench.lmeval import check_run, format_rows
+    from clbench.protocol import Session
+    from clbench.records import open_store
+
+    store, checker = open_store(args.db), lm_eval_checker(args.tasks, args.batch_size)
+    print(format_rows(args.run, check_run(store, args.run, checker, None, Session(), args.task_dir)))
+    return 0
+
+
+@command(
+    "rescore",
+    "rebuild finished runs from their records and add the metrics they lack (e.g. drift, to runs made before it)",
+    "--run --task --method --split --missing --device --db --task-dir",
+    {
+        "--run": {
+            "metavar": "RUN_IDS",
+            "help": "these runs, comma-separated (default: every finished run of --split that lacks --missing)",
+        },
+        "--task": {"required": False, "help": "only these tasks, comma-separated"},
+        "--method": {"required": False, "help": "only these methods, comma-separated"},
+        "--split": {
+            "default": "test",
+            "choices": ["test", "validation"],
+            "help": "test: the reported runs (default); validation: tuning runs",
+        },
+        "--missing": {
+            "default": "drift_kl_oldvocab",
+            "metavar": "METRIC",
+            "help": "rescore the runs without this metric (default: drift_kl_oldvocab)",
+        },
+    },
+)
+def cmd_rescore(args) -> int:
+    from clbench import metrics
+    from clbench.protocol import Session, log
+    from clbench.records import open_store
+    from clbench.rescore import rescore, selected
+
+    metrics.METRICS.get(args.missing)  # an undeclared name fails here, with "did you mean"
+    store = open_store(args.db)
+    ids = selected(
+        store,
+        runs=names(args.run),
+        tasks=names(args.task),
+        method_names=names(args.method),
+        split=args.split,
+        missing=args.missing,
+    )
+    if not ids:
+        print(f"nothing to rescore: no selected finished run of {store.path} lacks {args.missing}")
+        return 0
+    session, failed = Session(device=args.device), []
+    for number, run_id in enumerate(ids, 1):
+        log(f"[{number}/{len(ids)}] rescoring run {run_id}")
+        try:
+            print(f"{run_id}  {rescore(store, run_id, session, args.task_dir)} metrics added")
+        except ClbenchError as error:  # one run that does not reproduce leaves the others to do
+            failed.append(run_id)
+            print(f"{run_id}  not rescored: {error}", file=sys.stderr)
+    if failed:
+        raise ClbenchError(f"{len(failed)} of {len(ids)} runs not rescored (above); the others were")
+    return 0
+
+
+def names(text: str | None) -> list[str] | None:
+    """A comma-separated filter flag → its names; None (no filter) where it is not given."""
+    return text.split(",") if text else None
+
+
+@command(
+    "export",
+    "write one self-describing record per run (Parquet or JSON Lines)",
+    "--format --out --db --task --method",
+    {
+        "--format": {"default": "parquet", "choices": ["parquet", "jsonl"], "help": "default: parquet"},
+        "--out": {"help": "output file (default: clbench-results.parquet or .jsonl here)"},
+        "--task": {"required": False, "help": "only these tasks, comma-separated"},
+        "--method": {"required": False, "help": "only these methods, comma-separated"},
+    },
+)
+def cmd_export(args) -> int:
+    from clbench.export import export
+
+    out = args.out or Path(f"clbench-results.{args.format}")
+    runs = export(args.db, out, args.format, tasks=names(args.task), methods=names(args.method))
+    print(f"wrote {runs} runs to {out}")
+    return 0
+
+
+@command(
+    "merge",
+    "copy the runs and tuning choices of other results stores into one (what it lacks)",
+    "sources --db",
+    {"sources": {"nargs": "+", "metavar": "SOURCE", "help": "results DBs or record stores to read (never written)"}},
+)
+def cmd_merge(args) -> int:
+    from clbench.records import merge, open_store
+    from clbench.storage import check_merge
+
+    into, sources = open_store(args.db), [open_store(path) for path in args.sources]
+    for source in sources:  # every source is checked before the first is copied
+        check_merge(into, source)
+    for source in sources:
+        merged = merge(into, source, combine=merged_search)
+        print(
+            f"{source.path}: {merged.runs} runs copied, {merged.kept} already in {into.path}; "
+            f"{merged.tuned} tuning choices copied or extended, {merged.tuned_kept} kept as they were"
+        )
+    return 0
+
+
+@command(
+    "push",
+    "export every run as Parquet to a Hugging Face hub dataset",
+    "--repo --db --private --token-env",
+    {
+        "--repo": {"required": True, "metavar": "ORG/NAME", "help": "the dataset repo (created if missing)"},
+        "--private": {"action": "store_true", "help": "create the repo private (an existing one keeps its)"},
+        "--token-env": {
+            "metavar": "NAME",
+            "help": "read the hub token from $NAME (default: HF_TOKEN or a saved login)",
+        },
+    },
+)
+def cmd_push(args) -> int:
+    from clbench.export import push
+
+    token = os.environ.get(args.token_env) if args.token_env else None
+    if args.token_env and not token:
+        raise ClbenchError(f"--token-env {args.token_env}: ${args.token_env} is not set")
+    print(f"pushed to {push(args.db, args.repo, private=args.private, token=token)}")
+    return 0
+
+
+@command(
+    "build-base",
+    "build the arithmetic base's recipe here (builtin:arith-local; --force rebuilds) and compare it with the "
+    "shipped base (builtin:arith-llama)",
+    "--force",
+    {"--force": {"action": "store_true"}},
+)
+def cmd_build_base(args) -> int:
+    from clbench import arith_llama
+
+    model, tokenizer = arith_llama.load_or_build(force=args.force)
+    print("\n".join(arith_llama.versus_shipped(model, tokenizer)))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -728,7 +826,7 @@ def main(argv: list[str] | None = None) -> int:
     os.umask(umask | 0o002)
     try:
         args = build_parser().parse_args(argv)
-        return COMMANDS[args.command](args)
+        return COMMANDS[args.command].function(args)
     except ClbenchError as error:
         # distributed.is_main(), read here directly: importing that module imports torch (~2 s on an error path)
         if int(os.environ.get("RANK", "0")) == 0:  # under accelerate launch every process hits it: one line

@@ -409,16 +409,27 @@ def preflight(base: Base, data: TaskData, budget: Budget, init: str, *, allow_un
         raise ClbenchError(
             f"batch_size {budget.batch_size} is smaller than the {distributed.processes()} processes launched"
         )
-    tokenizer = copy.deepcopy(base.tokenizer)
-    check_expansion(tokenizer, data.new_tokens, init)
-    add_new_tokens(tokenizer, data.new_tokens, whole_words=data.whole_word_tokens)
-    for stage in stages_of(data):
-        if budget.n_train > len(stage.train):
-            where = f"stage {stage.name!r}" if data.stages else "the task"
-            raise ClbenchError(f"n_train {budget.n_train} exceeds the {len(stage.train)} training examples of {where}")
-    problems = read_all(base.tokenizer, tokenizer, data, budget.n_train, base.max_length, allow_unknown=allow_unknown)
+    problems = data_problems(base.tokenizer, data, budget.n_train, init, base.max_length, allow_unknown=allow_unknown)
     if problems:
         raise ClbenchError(problems[0])
+
+
+def data_problems(tokenizer, data: TaskData, n_train: int, init: str, max_length: int, *, allow_unknown: bool):
+    """preflight's checks of the data, which need the base's tokenizer and not its weights (`clbench validate`
+    makes them too): raises where the new tokens cannot be added or a stage has too few training examples;
+    → one line per set a run would read as <unk> (data.read_all)."""
+    expanded = copy.deepcopy(tokenizer)
+    check_expansion(expanded, data.new_tokens, init)
+    add_new_tokens(expanded, data.new_tokens, whole_words=data.whole_word_tokens)
+    check_training_examples(data, n_train)
+    return read_all(tokenizer, expanded, data, n_train, max_length, allow_unknown=allow_unknown)
+
+
+def check_training_examples(data: TaskData, n_train: int) -> None:
+    for stage in stages_of(data):
+        if n_train > len(stage.train):
+            where = f"stage {stage.name!r}" if data.stages else "the task"
+            raise ClbenchError(f"n_train {n_train} exceeds the {len(stage.train)} training examples of {where}")
 
 
 def stages_of(data: TaskData) -> list[Stage]:

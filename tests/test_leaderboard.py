@@ -10,10 +10,11 @@ import pandas as pd
 import pytest
 from leaderboard_db import EVIL, SEEDED, record, seeds_db, tiny_db
 
-from clbench.cli import main, summary
+from clbench.cli import main
 from clbench.report.leaderboard import build
 from clbench.report.load import aggregate, best_mask, load, rank_fractions
 from clbench.report.plots import pareto_front, quality_metric
+from clbench.report.summary import summary
 
 
 def test_pareto_front_keeps_exactly_the_undominated_points():
@@ -198,7 +199,7 @@ def test_three_seeds_give_a_95_ci_and_a_not_significant_verdict(tmp_path):
 
 
 def test_results_summary_shows_lr_seeds_and_the_same_cells(tmp_path):
-    lines = summary(seeds_db(tmp_path / "r.duckdb")).splitlines()
+    lines = summary(seeds_db(tmp_path / "r.duckdb"), wide=True).splitlines()
     assert lines[0].split() == [
         "task", "method", "model", "n_train", "lr", "seeds",
         "target_loss", "↓", "forgetting_oldvocab", "↓", "forgetting_full", "↓",
@@ -217,7 +218,7 @@ def test_results_summary_names_the_settings_where_rows_would_look_alike(tmp_path
     store = tiny_db(tmp_path / "r.duckdb")
     with duckdb.connect(str(tmp_path / "r.duckdb")) as db:  # et seed 1 as another init: its own group
         db.execute("UPDATE runs SET config = json_merge_patch(config, '{\"init\": \"mean\"}') WHERE run_id = 'et1'")
-    lines = summary(store, task="arith").splitlines()
+    lines = summary(store, task="arith", wide=True).splitlines()
     assert lines[0].split()[:7] == ["task", "method", "model", "n_train", "lr", "seeds", "settings"]
     assert sum("lr=0.01, init=mean" in line for line in lines) == 1
 

@@ -9,10 +9,10 @@ import pytest
 from conftest import small_raw, write_task
 
 from clbench import metrics as M
-from clbench.cli import summary
 from clbench.errors import ClbenchError
 from clbench.method import methods
 from clbench.protocol import STAGE_METRICS, Session, run_one
+from clbench.report.summary import summary
 from clbench.store import Store
 from clbench.taskspec import load_tasks
 
@@ -206,7 +206,7 @@ def test_a_task_declares_a_metric_that_its_runs_store(tmp_path, tiny_builtin, sc
     assert values["target_acc_gap"] == values["target_acc_seen"] - values["target_acc_unseen"]
     stored = store.query("SELECT value FROM results WHERE metric = 'target_acc_gap'").value.tolist()
     assert stored == [values["target_acc_gap"]]
-    assert "target_acc_gap" in summary(store).splitlines()[0]  # a headline column of `clbench results`
+    assert "target_acc_gap" in summary(store, wide=True).splitlines()[0]  # a headline column of `clbench results`
 
 
 def test_loading_a_task_again_is_no_duplicate_but_another_file_declaring_its_metric_is(tmp_path, scratch_registry):

@@ -240,7 +240,7 @@ def test_a_diverging_run_is_failed_with_its_reason_and_the_sweep_goes_on(tiny_cl
         db, "SELECT DISTINCT outcome FROM attempts WHERE run_id IN (SELECT run_id FROM runs WHERE method = 'fft')"
     ) == [("failed",)]
     # `clbench results` (the finished-only summary) has the ET row and no FFT row
-    assert main(["results", "--db", str(db)]) == 0
+    assert main(["results", "--db", str(db), "--wide"]) == 0
     table = capsys.readouterr().out
     assert " et " in table and "fft" not in table
 
