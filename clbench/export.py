@@ -34,7 +34,10 @@ FIELDS = {
     "reason": ("r.reason", "why a failed run failed (null otherwise)"),
     "metrics": ("coalesce(m.metrics, MAP {})", "metric name → value (docs/metrics.md); empty for a failed run"),
     "config": ("r.config", "the resolved configuration the run_id hashes (JSON)"),
-    "versions": ("r.versions", "package versions and CPU model the run ran with (JSON)"),
+    "versions": (
+        "r.versions",
+        "package versions, CPU model, accelerator, processes and batch sizes the run ran with (JSON)",
+    ),
     "model_fingerprint": ("r.model_fingerprint", "hash of the base model's weights and tokenizer"),
     "data_fingerprint": ("r.data_fingerprint", "hash of the task's whole data"),
     "git_commit": ("r.git_commit", "clbench's commit, '+dirty' with uncommitted changes"),

@@ -34,7 +34,7 @@ from clbench.explain import meaning_recovery, rows_file, save_new_rows
 from clbench.memory import PeakMemory
 from clbench.method import MethodSpec
 from clbench.models import Base, load_base
-from clbench.provenance import git_commit, versions
+from clbench.provenance import git_commit, hardware, versions
 from clbench.samples import example_rows
 from clbench.spec import RunSpec, resolve, run_id, task_settings
 from clbench.storage import Claim, ResultStore, now
@@ -294,7 +294,7 @@ def run_row(planned: Plan, status: str, reason: str | None, *, commit: str | Non
         "config": planned.config,
         "model_fingerprint": planned.base.fingerprint,
         "data_fingerprint": planned.config["data_fingerprint"],
-        "versions": versions(),
+        "versions": versions() | hardware(planned.base.model, planned.budget.batch_size),
         "git_commit": commit,
         "started_at": started,
         "finished_at": now(),

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import importlib.metadata
+import math
 import platform
 import subprocess
 from functools import cache
 from pathlib import Path
+
+from clbench import distributed
 
 PACKAGES = ("clbench", "torch", "transformers", "tokenizers", "peft", "datasets", "lm_eval", "duckdb")
 
@@ -32,6 +35,27 @@ def cpu_model() -> str | None:
     except OSError:
         pass
     return platform.processor() or platform.machine() or None
+
+
+def hardware(model, batch_size: int) -> dict[str, str | int]:
+    """Where a run trained and in which batches: the accelerator (its GPUs' model and count over every process, or
+    cpu), the processes, the batch per optimizer step and each process's share of it. A run rebuilt on other
+    hardware or split over other processes rounds otherwise; the record says what it had."""
+    processes = distributed.processes()
+    # device_map spreads one model over several GPUs (and may offload part of it to the CPU)
+    gpus = sorted({p.device for p in model.parameters() if p.device.type != "cpu"}, key=str)
+    accelerator = "cpu"
+    if gpus:
+        import torch
+
+        names = sorted({torch.cuda.get_device_name(d) if d.type == "cuda" else d.type for d in gpus})
+        accelerator = f"{gpus[0].type}: {' + '.join(names)} × {len(gpus) * processes}"
+    return {
+        "accelerator": accelerator,
+        "processes": processes,
+        "batch_size": batch_size,  # no gradient accumulation: the examples of one optimizer step
+        "batch_size_per_process": math.ceil(batch_size / processes),
+    }
 
 
 def differences(recorded: dict | None, here: dict) -> list[str]:

@@ -22,7 +22,7 @@ from pathlib import Path
 from clbench.errors import ClbenchError
 from clbench.method import methods
 from clbench.protocol import execute, log, plan
-from clbench.provenance import differences, versions
+from clbench.provenance import differences
 from clbench.spec import RunSpec
 from clbench.storage import ResultStore
 from clbench.store import Store
@@ -48,12 +48,12 @@ class Rebuilt:
     stage_matrix: list[tuple]  # (after_stage, eval_stage, metric, value)
     largest_difference: float  # over REPRODUCED, relative to max(1, |stored|)
     captured: dict  # base, data, model, tokenizer of the rebuilt run
-    elsewhere: list[str]  # what of the run's recorded versions and CPU differs here (provenance.differences)
+    elsewhere: list[str]  # what of the run's recorded versions and hardware differs here (provenance.differences)
 
     def why(self) -> str:
         """The sentence a refusal ends with: where the rebuild ran unlike the run."""
         if not self.elsewhere:
-            return "it was made with these versions on this CPU"
+            return "it was made with these versions on this hardware"
         return "it was made with " + ", ".join(self.elsewhere)
 
 
@@ -82,6 +82,8 @@ def rebuild(store: ResultStore, run_id: str, session, task_dirs: list[Path]) -> 
             ),
         )
         matrix = scratch_store.query("SELECT after_stage, eval_stage, metric, value FROM stage_matrix")
+        # where the rebuild ran, as its own record says: versions, CPU, accelerator, processes, batch sizes
+        here = json.loads(scratch_store.query("SELECT versions FROM runs").versions[0])
     if outcome.status != "finished":
         raise ClbenchError(f"run {run_id}: the rebuild {outcome.status}: {outcome.reason}")
     stored = store.query("SELECT metric, value FROM metrics WHERE run_id = ?", [run_id]).set_index("metric").value
@@ -94,7 +96,7 @@ def rebuild(store: ResultStore, run_id: str, session, task_dirs: list[Path]) -> 
         default=0.0,
     )
     log(f"  rebuilt run {run_id}: largest difference from its stored quality metrics {difference:.3g}")
-    elsewhere = differences(json.loads(found.versions[0] or "null"), versions())  # as the config: JSON text
+    elsewhere = differences(json.loads(found.versions[0] or "null"), here)  # as the config: JSON text
     return Rebuilt(
         outcome.metrics, [tuple(r) for r in matrix.itertuples(index=False)], difference, captured, elsewhere
     )

@@ -4,13 +4,16 @@ The runs are made by `clbench run` in process (the tiny model and task), then ma
 metrics from their records: what a run made before drift was declared looks like.
 """
 
+import json
 import shutil
+from types import SimpleNamespace
 
 import duckdb
 import pytest
+import torch
 
 from clbench.cli import main
-from clbench.provenance import cpu_model, differences, versions
+from clbench.provenance import cpu_model, differences, hardware, versions
 from clbench.records import RecordStore, merge
 from clbench.store import Store
 
@@ -60,7 +63,9 @@ def test_a_run_that_does_not_rebuild_exactly_is_left_as_it_was(tiny_cli, made, c
     captured = capsys.readouterr()
     assert "not rescored: run " in captured.err and "did not rebuild exactly" in captured.err
     refusal = next(line for line in captured.err.splitlines() if "not rescored: run " in line)
-    here = versions()
+    # the rebuild's own record: these versions and this CPU, no accelerator, one process, the tiny task's batch of 4
+    here = versions() | {"accelerator": "cpu", "processes": 1, "batch_size": 4, "batch_size_per_process": 4}
+    assert json.loads(Store(old).query("SELECT versions FROM runs WHERE method = 'et'").versions[0]) == here
     assert refusal.endswith(
         "left as it was; it was made with "
         + ", ".join(
@@ -117,3 +122,21 @@ def test_a_named_run_the_store_lacks_is_refused_in_one_line(tiny_cli, made, caps
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"clbench: error: no run '0123456789abcdef' in {old}"]
     assert old.read_bytes() == before
+
+
+def test_hardware_names_the_gpus_over_every_process_and_each_process_share_of_the_batch(monkeypatch):
+    cpu = torch.nn.Linear(2, 2)
+    assert hardware(cpu, 10) == {"accelerator": "cpu", "processes": 1, "batch_size": 10, "batch_size_per_process": 10}
+
+    class Placed:  # a model placed by device_map over two GPUs, one layer left on the CPU
+        def parameters(self):
+            return [SimpleNamespace(device=torch.device(name)) for name in ("cuda:1", "cpu", "cuda:0", "cuda:1")]
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d: "NVIDIA H200")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert hardware(Placed(), 10) == {
+        "accelerator": "cuda: NVIDIA H200 × 8",
+        "processes": 4,
+        "batch_size": 10,
+        "batch_size_per_process": 3,
+    }
