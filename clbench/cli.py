@@ -509,8 +509,8 @@ def cmd_results(args) -> int:
         "--target-gap": {
             "type": float,
             "default": 0.5,
-            "help": "N*: the smallest n_train whose mean gap_closed reaches this (default: 0.5); printed with the "
-            "fit N* ≈ c·s·ln|V| after a dictionary_size sweep",
+            "help": "N*: the smallest n_train from which the mean gap_closed stays at or above this (default: "
+            "0.5); printed with the fit N* ≈ c·s·ln|V| after a dictionary_size sweep",
         },
         "--executor": {
             "default": "inline",

@@ -82,28 +82,39 @@ def curve(store: ResultStore, run_ids: list[str], by: list[str] | tuple = ()) ->
     return pd.concat([seeds, *[c for c in columns if c is not None]], axis=1)
 
 
-def n_star(points: Mapping[int, float], fraction: float = TARGET_GAP) -> int | None:
-    """N*: the smallest N whose mean gap_closed reaches `fraction` (≥), points: N → mean gap_closed.
+def crossing(points: Mapping[int, float], fraction: float = TARGET_GAP) -> tuple[int | None, int | None]:
+    """(the last N below `fraction`, N*): N* is the smallest N from which the curve stays at or above
+    `fraction` (≥) at every larger N of the grid, points: N → mean gap_closed.
 
-    A non-monotone curve counts its first crossing: the smallest such N, even if a larger N falls
-    back below. A NaN never reaches. None: not reached within the sweep (a lower bound only: N* is
-    above the largest N swept, or the method never gets there)."""
-    reached = [n for n, value in points.items() if not math.isnan(value) and value >= fraction]
-    return min(reached) if reached else None
+    The last crossing, not the first: a curve that reaches the fraction and falls back below at a larger
+    N has not learnt it there (on arith-llama-w256, et's 0.91 at N = 3 falls to 0.49 at N = 5 on every
+    seed). NaN points (not computed) are left out, as if not swept. N* None: the largest N is below
+    (censored: N* is above the largest N swept, or the method never stays there); the last N below
+    None: every N reaches."""
+    measured = sorted((n, value) for n, value in points.items() if not math.isnan(value))
+    below = [i for i, (_, value) in enumerate(measured) if value < fraction]
+    last = below[-1] if below else -1
+    star = measured[last + 1][0] if last + 1 < len(measured) else None
+    return (measured[last][0] if below else None), star
+
+
+def n_star(points: Mapping[int, float], fraction: float = TARGET_GAP) -> int | None:
+    """N* (crossing): the smallest N from which the mean gap_closed stays ≥ `fraction`; None where the
+    largest N swept is below it (a lower bound only) or no point was computed."""
+    return crossing(points, fraction)[1]
 
 
 def n_star_between(points: Mapping[int, float], fraction: float = TARGET_GAP) -> float | None:
-    """N* read between the grid's points: at n_star's first crossing, the N where the straight line
-    from the last point below to the first point reaching `fraction` crosses it, in log N (the grid
-    is geometric; gap_closed rises about linearly in log N). The smallest N itself where it already
-    reaches (N* is at most that); None where not reached; NaN points are left out."""
-    n = n_star(points, fraction)
-    below = sorted((m, v) for m, v in points.items() if m < n and not math.isnan(v)) if n is not None else []
-    if not below:
+    """N* read between the grid's points: at the last crossing (crossing), the N where the straight line
+    from the last point below to N* crosses `fraction`, in log N (the grid is geometric; gap_closed rises
+    about linearly in log N). N* itself where no point is below (N* is at most the smallest N); None
+    where not reached; NaN points are left out."""
+    below, n = crossing(points, fraction)
+    if n is None or below is None:
         return None if n is None else float(n)
-    n0, v0 = below[-1]
+    v0 = points[below]
     share = (fraction - v0) / (points[n] - v0)
-    return math.exp(math.log(n0) + share * (math.log(n) - math.log(n0)))
+    return math.exp(math.log(below) + share * (math.log(n) - math.log(below)))
 
 
 def growth_exponent(n_stars: Mapping[int, float | None]) -> float:
@@ -164,7 +175,10 @@ def fit_law(n_stars: Mapping[int, int | None], vocab: int) -> LawFit:
 
 def law_report(stars: pd.DataFrame, vocab: int, fraction: float = TARGET_GAP) -> str:
     """The N*(s) table of a dictionary_size sweep and, per method, the fit N* ≈ c·s·ln T."""
-    lines = [f"N*(s): smallest n_train whose mean gap_closed ≥ {fraction} (T = |V| = {vocab}, the base's vocabulary)"]
+    lines = [
+        f"N*(s): smallest n_train from which the mean gap_closed stays ≥ {fraction} "
+        f"(T = |V| = {vocab}, the base's vocabulary)"
+    ]
     for method, part in stars.groupby("method", sort=True):
         fit = fit_law(dict(zip(part[LAW_PARAM], part.n_star)), vocab)
         lines.append(f"{method}:")

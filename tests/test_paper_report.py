@@ -276,11 +276,11 @@ def test_size_rows_and_verdicts_compare_the_widest_base_with_the_narrowest(tmp_p
     values = load(size_db(tmp_path / "s.duckdb"))[0]
     table = sizes.size_rows(values)
     assert table.to_dict("records") == [
-        {"model": "builtin:arith-llama-w64", "et N*: seeds": 3, "et N*": "50 ± 0", "fft addition lost: seeds": 3,
+        {"model": "builtin:arith-llama-w64", "et lr": "0.01", "et N*: seeds": 3, "et N*": "50 ± 0", "fft addition lost: seeds": 3,
          "fft addition lost": "-0.223 ± 0.063", "fft drift: seeds": 3, "fft drift": "0.110 ± 0.025"},
-        {"model": "builtin:arith-llama", "et N*: seeds": 3, "et N*": "50 ± 0 (1 reached at the smallest n_train, above 1)", "fft addition lost: seeds": 0,
+        {"model": "builtin:arith-llama", "et lr": "0.01", "et N*: seeds": 3, "et N*": "50 ± 0 (1 reached at the smallest n_train, above 1)", "fft addition lost: seeds": 0,
          "fft addition lost": "not run", "fft drift: seeds": 0, "fft drift": "not run"},
-        {"model": "builtin:arith-llama-w256", "et N*: seeds": 3, "et N*": "50 ± 0 (1 not reached)",
+        {"model": "builtin:arith-llama-w256", "et lr": "0.01", "et N*: seeds": 3, "et N*": "50 ± 0 (1 not reached)",
          "fft addition lost: seeds": 3, "fft addition lost": "-0.50 ± 0.12", "fft drift: seeds": 3,
          "fft drift": "0.100 ± 0.050"},
     ]  # fmt: skip
@@ -298,18 +298,21 @@ def test_size_rows_and_verdicts_compare_the_widest_base_with_the_narrowest(tmp_p
     )
 
 
-def test_an_n_star_reached_at_one_example_is_measured_not_censored():
+def test_an_n_star_reached_at_one_example_is_measured_not_censored_and_a_fall_back_moves_it():
     from clbench.report import sizes
 
     model = sizes.family()[0]
-    rows = [  # seed 0 reaches 0.5 at n_train 1, seed 1 at 3, seed 2 only from 2 on (censored there)
+    # seed 0 stays ≥ 0.5 from n_train 1, seed 1 from 3, seed 2 from 2 on (censored there); seed 3 reaches at 1, falls
+    # back at 2 and stays from 3; seed 4 reaches at 1 and falls back at 3, its largest n_train (not reached)
+    curves = [{1: 0.6, 3: 0.9}, {1: 0.2, 3: 0.7}, {2: 0.8, 3: 0.9}, {1: 0.6, 2: 0.3, 3: 0.9}, {1: 0.6, 3: 0.4}]
+    rows = [
         {"task": "arithmetic", "method": "et", "model": model, "metric": "gap_closed", "seed": seed, "n_train": n,
          "value": gap}
-        for seed, curve in enumerate([{1: 0.6, 3: 0.9}, {1: 0.2, 3: 0.7}, {2: 0.8, 3: 0.9}])
+        for seed, curve in enumerate(curves)
         for n, gap in curve.items()
     ]  # fmt: skip
     stars = sizes.n_stars(pd.DataFrame(rows), model)
-    assert stars[:2] == [1.0, 3.0] and math.isnan(stars[2])
+    assert stars[:2] == [1.0, 3.0] and math.isnan(stars[2]) and stars[3:] == [3.0, math.inf]
 
 
 def test_a_sweeps_one_method_points_stay_out_of_the_comparison_where_the_base_has_a_compared_n_train(tmp_path):

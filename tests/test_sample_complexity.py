@@ -13,6 +13,7 @@ from tiny_setup import TASK
 from clbench.cli import main
 from clbench.store import Store
 from clbench.sweep import (
+    crossing,
     fit_law,
     grid,
     growth_exponent,
@@ -24,13 +25,22 @@ from clbench.sweep import (
 )
 
 
-def test_n_star_is_the_first_n_that_reaches_the_fraction():
-    curve = {8: 0.1, 16: 0.6, 32: 0.4, 64: 0.9}  # non-monotone: 16 reaches 0.5, 32 falls back
-    assert n_star(curve, 0.5) == 16
-    assert n_star(curve, 0.6) == 16  # reaching is ≥
-    assert n_star(curve, 0.95) is None  # not reached within the sweep
+def test_n_star_is_the_smallest_n_from_which_the_curve_stays_at_the_fraction():
+    curve = {8: 0.1, 16: 0.6, 32: 0.4, 64: 0.9}  # non-monotone: 16 reaches 0.5, 32 falls back, 64 reaches again
+    assert n_star(curve, 0.5) == 64
+    assert crossing(curve, 0.5) == (32, 64)  # the last N below, N*
+    assert n_star(curve, 0.35) == 16  # 32's 0.4 stays above 0.35
+    assert n_star(curve, 0.4) == 16  # staying is ≥
+    assert n_star(curve, 0.95) is None  # the largest N is below: not reached within the sweep
+    assert n_star({8: 0.6, 16: 0.7, 32: 0.4}, 0.5) is None  # reached early, below at the end: censored too
     assert n_star({64: 0.9, 8: 0.6}, 0.5) == 8  # the smallest N, whatever order the points come in
-    assert n_star({8: math.nan, 16: 0.5}) == 16  # the default fraction is 0.5; NaN never reaches
+    assert crossing({64: 0.9, 8: 0.6}, 0.5) == (None, 8)  # no point below
+    assert n_star({8: math.nan, 16: 0.5}) == 16  # the default fraction is 0.5
+    assert n_star({8: 0.6, 16: math.nan, 32: 0.7}) == 8  # a NaN point is left out, as if not swept
+    assert n_star({8: 0.6, 16: math.nan}) == 8 and n_star({8: math.nan}) is None
+    # arith-llama-w256, et, seed 1 (leaderboard/arithmetic-sizes): 0.92 at N = 3, 0.49 at 5, 0.65 at 50
+    w256 = {1: 0.3085, 2: 0.3163, 3: 0.9166, 5: 0.4865, 10: 0.9882, 20: 0.9969, 50: 0.6533, 100: 0.9994, 200: 0.9988}
+    assert n_star(w256) == 10 and n_star(w256, 0.7) == 100
 
 
 def test_n_star_between_the_grid_points_is_read_on_a_log_n_line():
@@ -40,6 +50,10 @@ def test_n_star_between_the_grid_points_is_read_on_a_log_n_line():
     assert n_star_between({16: 0.6, 32: 0.9}, 0.5) == 16.0  # already reached: at most the smallest N
     assert n_star_between({16: 0.1, 32: 0.4}, 0.5) is None
     assert n_star_between({8: math.nan, 16: 0.2, 32: 0.6}, 0.5) == pytest.approx(16 * 2**0.75)
+    # crosses at 16, falls back at 32, crosses again at 64: read at the last crossing, a quarter of the way from
+    # 0.4 to 0.8 between 32 and 64 (32 · 2^0.25)
+    assert n_star_between({8: 0.1, 16: 0.6, 32: 0.4, 64: 0.8}, 0.5) == pytest.approx(32 * 2**0.25)
+    assert n_star_between({8: 0.1, 16: 0.6, 32: 0.4}, 0.5) is None  # fallen back at the largest N
 
 
 def test_growth_exponent_is_the_slope_in_log_log():
@@ -78,7 +92,7 @@ def test_the_n_star_table_and_the_law_report():
     ]
     # c = (1·8 + 2·16) / (5·ln 100) = 8 / ln 100: the line passes through both points
     assert law_report(stars, 100, 0.5).splitlines() == [
-        "N*(s): smallest n_train whose mean gap_closed ≥ 0.5 (T = |V| = 100, the base's vocabulary)",
+        "N*(s): smallest n_train from which the mean gap_closed stays ≥ 0.5 (T = |V| = 100, the base's vocabulary)",
         "et:",
         "  s = 1   N* = 8      fit 8.0, residual +0.0",
         "  s = 2   N* = 16     fit 16.0, residual +0.0",

@@ -74,8 +74,8 @@ SIZES_HEADING = "Model size: the paper's scaling claims"
 SIZES_INTRO = (
     "The paper reports that ET's sample complexity does not depend on the model's dimension and motivates ET by "
     "full fine-tuning forgetting more on larger models. clbench tests both on a family of arithmetic bases, one "
-    "recipe at three widths (clbench/arith_llama.py FAMILY): et's N* (the smallest n_train whose gap_closed "
-    "reaches 0.5, per seed) and fft's forgetting at its tuned lr, as addition lost (old_skill_acc_delta) and as "
+    "recipe at three widths (clbench/arith_llama.py FAMILY): et's N* (the smallest n_train from which "
+    "gap_closed stays ≥ 0.5 at every larger n_train swept, per seed; et's lr beside it) and fft's forgetting at its tuned lr, as addition lost (old_skill_acc_delta) and as "
     "transition drift on old text (drift_kl_oldvocab), the widest base against the narrowest. A claim of no dependence is supported only as far as a difference is not found: the "
     "confidence intervals say how large one could be."
 )

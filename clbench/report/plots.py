@@ -177,7 +177,7 @@ def dictionary_sweep_plot(part: pd.DataFrame, salt: str) -> str | None:
         curves.set_xlabel("n_train (training examples)")
         curves.set_ylabel(f"gap_closed{arrow('gap_closed')}")
         law.set_xlabel("s (dictionary_size)")
-        law.set_ylabel(f"N*: smallest n_train with gap_closed ≥ {TARGET_GAP}")
+        law.set_ylabel(f"N*: smallest n_train from which gap_closed stays ≥ {TARGET_GAP}")
         for ax in (curves, law):
             ax.legend(fontsize=6)
             ax.grid(alpha=0.3)

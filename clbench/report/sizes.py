@@ -1,8 +1,9 @@
 """The paper's two claims about model size, on the family of arithmetic bases (clbench/arith_llama.py FAMILY):
 the same recipe, data and tokenizer at three widths.
 
-- "the sample complexity does not depend on the model's dimension": N*, the smallest n_train whose gap_closed
-  reaches TARGET_GAP, of et, per seed (each seed's own curve over n_train), per width;
+- "the sample complexity does not depend on the model's dimension": N*, the smallest n_train from which
+  gap_closed stays ≥ TARGET_GAP (clbench/sweep.py crossing), of et, per seed (each seed's own curve over
+  n_train), per width, beside the lr(s) et ran at on it;
 - "larger models forget more under fine-tuning": fft's addition lost (old_skill_acc_delta) per width, and its
   transition drift on old text (drift_kl_oldvocab: KL(base ‖ fine-tuned) under the old softmax, clbench/metrics.py).
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from clbench.report.format import fmt_ci
+from clbench.report.format import fmt_ci, fmt_lr
 from clbench.stats import LEVEL, finite, mean_ci, welch_p
 
 TASK = "arithmetic"
@@ -34,15 +35,20 @@ def family() -> tuple[str, ...]:
     return tuple(f"builtin:{name}" for name in sorted(FAMILY, key=lambda name: FAMILY[name].hidden))
 
 
+def et_gaps(values: pd.DataFrame, model: str) -> pd.DataFrame:
+    """et's gap_closed values on `model`: the N* curves' points."""
+    return values[(values.task == TASK) & (values.method == "et") & (values.model == model) & (values.metric == GAP)]
+
+
 def n_stars(values: pd.DataFrame, model: str) -> list[float]:
-    """et's N* on `model`, one per seed whose curve has at least two n_train: inf where it is never reached, NaN
+    """et's N* on `model`, one per seed whose curve has at least two n_train: inf where its largest n_train is below
+    (N* above the sweep, or never), NaN
     where it is already reached at the curve's smallest n_train above 1 (censored: N* is at most that, not
     measured). Reached at n_train 1 it is measured: no fewer examples can teach anything (gap_closed 0)."""
     from clbench.sweep import TARGET_GAP, n_star  # the sweep's own definition of N*
 
-    part = values[(values.task == TASK) & (values.method == "et") & (values.model == model) & (values.metric == GAP)]
     stars = []
-    for _, seed in part.groupby("seed"):
+    for _, seed in et_gaps(values, model).groupby("seed"):
         points = dict(zip(seed.n_train.astype(int), seed.value))
         if len(points) >= 2:
             found = n_star(points, TARGET_GAP)
@@ -75,6 +81,7 @@ def size_rows(values: pd.DataFrame) -> pd.DataFrame:
         notes = "".join(f" ({count} {what})" for count, what in outside if count)
         row = {
             "model": model,
+            "et lr": ", ".join(fmt_lr(lr) for lr in sorted(et_gaps(values, model).lr.dropna().unique())) or "—",
             "et N*: seeds": len(stars),
             "et N*": (fmt_ci(*mean_ci(reached)) if reached else "—") + notes if stars else "not run",
         }
