@@ -15,6 +15,7 @@ from clbench.report.leaderboard import build
 from clbench.report.load import aggregate, best_mask, load, rank_fractions
 from clbench.report.plots import pareto_front, quality_metric
 from clbench.report.summary import summary
+from clbench.store import Store
 
 
 def test_pareto_front_keeps_exactly_the_undominated_points():
@@ -275,3 +276,30 @@ def test_the_colour_rank_ties_what_best_mask_ties():
     assert rank_fractions(pd.Series([0.7, 0.9, 0.9 - 1e-5]), "target_top1").tolist() == [1.0, 0.0, 0.5]
     assert rank_fractions(pd.Series([1.0, 1.0 + 1e-9]), "target_loss").isna().all()  # one value: nothing to rank
     assert rank_fractions(pd.Series([3.2287070052617133, 3.2287070608247506]), "target_bpb_base").isna().all()
+
+
+def test_runs_that_differ_in_a_swept_task_param_are_never_pooled_as_seeds(tmp_path):
+    """A dictionary_size sweep (s = 1, 2 × n_train 8, 16 × seeds 0, 1): one row per (s, n_train), its two seeds
+    pooled; a param with one value across the task's runs (n_test) stays out of the settings."""
+    store = Store(tmp_path / "r.duckdb")
+    gaps = {1: {8: (0.5, 0.7), 16: (0.8, 0.9)}, 2: {8: (0.1, 0.2), 16: (0.4, 0.6)}}
+    for s, by_n in gaps.items():
+        for n, seeds in by_n.items():
+            for seed, gap in enumerate(seeds):
+                params = {"dictionary_size": s, "n_test": 12}
+                record(
+                    store, f"r{s}-{n}-{seed}", "pw", "et", "tiny", seed, {"gap_closed": gap}, n_train=n, params=params
+                )
+    record(store, "other", "arith", "et", "tiny", 0, {"gap_closed": 0.3}, params={"n_test": 12})
+    table = aggregate(load(store)[0])
+    rows = table[table.task == "pw"][["settings", "n_train", "runs", "mean"]].to_dict("records")
+    assert rows == [
+        {"settings": "dictionary_size=1, lr=0.01, init=random", "n_train": 8, "runs": 2, "mean": pytest.approx(0.6)},
+        {"settings": "dictionary_size=1, lr=0.01, init=random", "n_train": 16, "runs": 2, "mean": pytest.approx(0.85)},
+        {"settings": "dictionary_size=2, lr=0.01, init=random", "n_train": 8, "runs": 2, "mean": pytest.approx(0.15)},
+        {"settings": "dictionary_size=2, lr=0.01, init=random", "n_train": 16, "runs": 2, "mean": pytest.approx(0.5)},
+    ]
+    assert table[table.task == "arith"].settings.tolist() == ["lr=0.01, init=random"]  # no param varies there
+    text = (build(tmp_path / "r.duckdb", tmp_path / "out") / "leaderboard.md").read_text()
+    assert text.count("| dictionary_size=1, lr=0.01, init=random |") == 2
+    assert text.count("| dictionary_size=2, lr=0.01, init=random |") == 2

@@ -2,7 +2,8 @@
 
 Writes index.html (clbench/report/page.py), leaderboard.md (the headline metrics,
 clbench/report/format.py) and leaderboard.csv (every aggregate row) from a results store. A row is one
-(task, method, model, settings, n_train) over its seeds (clbench/report/load.py); only finished runs with
+(task, method, model, settings, n_train) over its seeds (clbench/report/load.py; settings name a swept task
+param too, so a sweep's points are never pooled as seeds); only finished runs with
 metrics enter the tables; failed or partial runs are listed apart with their reason.
 """
 

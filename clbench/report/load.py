@@ -48,7 +48,9 @@ def load(store: ResultStore) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     configs = runs.config.map(json.loads)
     runs["n_train"] = configs.map(lambda c: c.get("budget", {}).get("n_train"))
     runs["lr"] = configs.map(lambda c: (c.get("method_config") or {}).get("lr"))
-    runs["settings"] = configs.map(settings)
+    runs["settings"] = [
+        ", ".join(filter(None, pair)) for pair in zip(swept_params(runs.task, configs), configs.map(settings))
+    ]
     runs["profile"] = configs.map(lambda c: c.get("profile") or "")  # "": the task's default
     runs["clbench"] = runs.versions.map(lambda v: (json.loads(v) or {}).get("clbench") if v else None)
     with_metrics = set(values.run_id)
@@ -66,10 +68,25 @@ def load(store: ResultStore) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
 
 
 def settings(config: dict) -> str:
-    """What besides task, method, model and n_train makes runs different experiments."""
+    """What besides task, method, model, n_train and a swept task param (swept_params) makes runs different
+    experiments."""
     parts = [f"{k}={v}" for k, v in sorted(config.get("method_config", {}).items())]
     parts += [f"{k}={config[k]}" for k in ("init", "profile") if config.get(k) is not None]
     return ", ".join(parts)
+
+
+def swept_params(tasks: pd.Series, configs: pd.Series) -> list[str]:
+    """Per run, "key=value, ..." of its task params whose values differ between the runs of its task here (a
+    sweep's points, e.g. dictionary_size); "" where none do. They join the run's settings, so runs that differ in
+    a task param are different rows, never one row's seeds."""
+    params = [c.get("params") or {} for c in configs]
+    shown = [""] * len(params)
+    for rows in pd.Series(range(len(params))).groupby(tasks.to_numpy()).groups.values():
+        keys = sorted({key for row in rows for key in params[row]})
+        varying = [k for k in keys if len({json.dumps(params[row].get(k), sort_keys=True) for row in rows}) > 1]
+        for row in rows:
+            shown[row] = ", ".join(f"{k}={params[row].get(k)}" for k in varying)
+    return shown
 
 
 # ---------------------------------------------------------------- aggregates over seeds
