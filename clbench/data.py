@@ -170,14 +170,18 @@ def encode(tokenizer, prompt: str, completion: str, max_length: int, scoring: Sc
 
 
 def _leading_bytes(tokenizer, text: str, tokens: int) -> int:
-    """UTF-8 bytes of the text its first `tokens` tokens read (a token ending inside a character counts it whole)."""
+    """UTF-8 bytes of the text its first `tokens` tokens read (leading_text)."""
+    return len(leading_text(tokenizer, text, tokens).encode())
+
+
+def leading_text(tokenizer, text: str, tokens: int) -> str:
+    """The text its first `tokens` tokens read (a token ending inside a character reads it whole)."""
     if not tokens:
-        return 0
+        return ""
     if tokenizer.is_fast:
         offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-        return len(text[: offsets[tokens - 1][1]].encode())
-    ids = tokenizer.encode(text, add_special_tokens=False)[:tokens]
-    return len(tokenizer.decode(ids).encode())
+        return text[: offsets[tokens - 1][1]]
+    return tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)[:tokens])
 
 
 def encode_examples(tokenizer, examples: list[Example], max_length: int, scoring: Scoring = TRAINING) -> list[Encoded]:

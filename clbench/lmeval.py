@@ -4,8 +4,9 @@
     clbench lm-eval --run RUN_ID --tasks clbench_old_text,hellaswag
 
 The local tasks (clbench/lm_eval_tasks/*.yaml) read the run's own task data, written to a
-JSON-lines file for each evaluation: `clbench_old_text` (rolling log-likelihood of the
-old-vocabulary text clbench measures forgetting on: word and byte perplexity, bits per byte) and
+JSON-lines file for each evaluation: `clbench_old_text` (log-likelihood of the old-vocabulary text
+clbench measures forgetting on, on clbench's scoring rule: the first token is context, no eos; word and
+byte perplexity, bits per byte) and
 `clbench_old_skill` (log-likelihood and greedy match of the old-skill probe's completions). Any
 other name goes to lm-eval's own registry (online datasets).
 
@@ -32,7 +33,7 @@ from pathlib import Path
 
 import yaml
 
-from clbench.data import TaskData
+from clbench.data import TaskData, leading_text
 from clbench.errors import ClbenchError
 from clbench.storage import ResultStore
 
@@ -56,12 +57,29 @@ def parse_tasks(text: str) -> list[str]:
 
 
 def documents(name: str, data: TaskData, tokenizer) -> list[dict]:
-    if name == "clbench_old_text":
-        return [{"text": t} for t in data.old_text]
     # clbench scores every sequence as [bos] prompt completion; lm-eval adds no special token to a
     # loglikelihood context, so the prompt carries the bos string (HFLM then adds none of its own)
     bos = tokenizer.bos_token or ""
+    if name == "clbench_old_text":
+        # the scoring rule (clbench/data.py): a text's first token, predicted from bos alone, is context; a text of
+        # one token has nothing scored and is left out, as clbench's own old-text loss scores nothing of it
+        heads = [(text, leading_text(tokenizer, text, 1)) for text in data.old_text]
+        return [{"context": bos + head, "text": text[len(head) :]} for text, head in heads if text[len(head) :]]
     return [{"prompt": bos + e.prompt, "completion": e.completion} for e in data.old_skill]
+
+
+def old_text_results(doc: dict, results: list) -> dict:
+    """clbench_old_text's process_results: lm-eval's own rolling metrics (word and byte perplexity, bits per byte)
+    over the scored text, doc["text"], from the loglikelihood of it after its first token."""
+    from lm_eval.api.task import ConfigurableTask
+
+    (loglikelihood, _), words = results[0], ConfigurableTask.count_words(doc["text"])
+    scored_bytes = ConfigurableTask.count_bytes(doc["text"])
+    return {
+        "word_perplexity": (loglikelihood, words),
+        "byte_perplexity": (loglikelihood, scored_bytes),
+        "bits_per_byte": (loglikelihood, scored_bytes),
+    }
 
 
 def lm_eval_version() -> str:
@@ -96,7 +114,9 @@ class Checker:
                 raise ClbenchError(f"lm-eval task {name!r}: this clbench task has no data for it")
             path = folder / f"{name}.jsonl"
             path.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs), encoding="utf-8")
-            configs.append(yaml.safe_load(self.local[name]) | {"dataset_kwargs": {"data_files": {"test": str(path)}}})
+            config = yaml.safe_load(self.local[name]) | {"dataset_kwargs": {"data_files": {"test": str(path)}}}
+            # a Python hook in a config dict: what `!function` names in a task file lm-eval loads itself
+            configs.append(config | ({"process_results": old_text_results} if name == "clbench_old_text" else {}))
         return configs
 
     def scores(self, model, tokenizer, data: TaskData) -> dict[tuple[str, str], dict]:

@@ -13,7 +13,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from clbench.arith import char_tokenizer
-from clbench.data import Encoded, TaskData, encode_texts
+from clbench.data import TRAINING, TaskData, encode_texts, scored
 from clbench.evaluate import score
 from clbench.expand import expand
 from clbench.lmeval import Checker
@@ -54,36 +54,50 @@ def base_scores(data, checker):
     return checker.scores(tiny_model(char_tokenizer()), char_tokenizer(), data)
 
 
-def clbench_nll(model, tokenizer, texts, *, with_eos: bool) -> tuple[float, int]:
-    """Σ NLL (full softmax) and tokens scored by clbench.evaluate.score; without eos if asked."""
-    encoded = encode_texts(tokenizer, texts, 64)
-    if not with_eos:
-        encoded = [Encoded(e.ids[:-1], e.loss_from) for e in encoded]
+RULE = scored(eos_is_content=False)  # clbench's scoring rule for text: no first token from bos, no eos
+
+
+def clbench_nll(model, tokenizer, texts, scoring=TRAINING) -> tuple[float, int, int]:
+    """Σ NLL (full softmax), tokens scored and their bytes (scored_bytes) by clbench.evaluate.score under `scoring`."""
+    encoded = encode_texts(tokenizer, texts, 64, scoring)
     scores = score(model, encoded, old_vocab=len(tokenizer), pad_id=tokenizer.pad_token_id, batch_size=64)
-    return scores.nll_full, scores.n_full
+    return scores.nll_full, scores.n_full, sum(e.scored_bytes for e in encoded)
 
 
-def lm_eval_nll(scores, texts) -> float:
-    """Σ NLL from lm-eval's bits_per_byte: bpb = Σ NLL / (bytes · ln 2)."""
-    n_bytes = sum(len(t.encode()) for t in texts)
+def lm_eval_nll(scores, n_bytes: int) -> float:
+    """Σ NLL from lm-eval's bits_per_byte: bpb = Σ NLL / (scored bytes · ln 2)."""
     return scores["clbench_old_text", "bits_per_byte"]["value"] * n_bytes * math.log(2)
 
 
-def test_rolling_loglikelihood_equals_clbench_old_text_loss_without_eos(data, checker, base_scores):
+def test_old_text_is_scored_on_clbench_rule_first_token_as_context_and_no_eos(data, checker, base_scores):
     tokenizer = char_tokenizer()
     base = tiny_model(tokenizer)
     adapted, expanded = copy.deepcopy(base), copy.deepcopy(tokenizer)
     expand(adapted, expanded, ["<spec>"], init="random", seed=0)  # a new output row: full softmax ≠ old softmax
     for model, tok, scores in ((base, tokenizer, base_scores), (adapted, expanded, None)):
         scores = scores or checker.scores(model, tok, data)
-        ours, n_tokens = clbench_nll(model, tok, data.old_text, with_eos=False)
-        # same tokens ([bos] as context, every text token scored, no eos): float32 (lm-eval) vs float64
-        # (clbench) log-softmax; measured relative difference ~5e-9
-        assert n_tokens == sum(len(t) for t in data.old_text) == 234
-        assert lm_eval_nll(scores, data.old_text) == pytest.approx(ours, rel=1e-7)
-        # clbench's own loss also scores the eos after each text: the only difference
-        with_eos, n_with_eos = clbench_nll(model, tok, data.old_text, with_eos=True)
+        # the rule of a text task (no eos content): every token but the first (bos + it are context), no eos;
+        # float32 (lm-eval) vs float64 (clbench) log-softmax, measured relative difference ~5e-9
+        ours, n_tokens, n_bytes = clbench_nll(model, tok, data.old_text, RULE)
+        assert n_tokens == n_bytes == sum(len(t) - 1 for t in data.old_text) == 204  # 30 texts, 234 characters
+        assert lm_eval_nll(scores, n_bytes) == pytest.approx(ours, rel=1e-7)
+        # arithmetic's own old-text loss also scores the eos after each equation (eos_is_content): the only difference
+        with_eos, n_with_eos, _ = clbench_nll(model, tok, data.old_text, data.scoring)
         assert n_with_eos == n_tokens + len(data.old_text) and with_eos > ours
+        # the rule before issue 37 (task version 1, lm-eval's loglikelihood_rolling): the first token from bos too
+        everything, n_everything, _ = clbench_nll(model, tok, data.old_text)
+        assert n_everything - len(data.old_text) == n_with_eos and everything > with_eos
+
+
+def test_lm_eval_rolling_scores_the_first_token_from_the_prefix_token_alone():
+    """Why clbench_old_text is not lm-eval's loglikelihood_rolling: its first window predicts every token, the first
+    from the prefix token (bos) alone, and appends no eos."""
+    from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+
+    windows = [make_disjoint_window(w) for w in get_rolling_token_windows([5, 6, 7, 8, 9], 1, 3, 1)]
+    # (context, scored): the first window scores 5 with only the prefix 1 before it; a later window has the text
+    # before it as context; nothing after 9 (no eos)
+    assert windows == [([1], [5, 6, 7]), ([6, 7], [8, 9])]
 
 
 def test_old_skill_accuracy_is_clbench_exact_match_without_eos(data, base_scores):
@@ -118,14 +132,14 @@ def test_base_and_adapted_are_never_confused_and_base_scores_are_cached_per_base
     assert [r["base"] for r in rows_changed] == [r["base"] for r in rows_same]
     bits = {r["metric"]: r for r in rows_changed}["bits_per_byte"]
     for model, value in ((base, bits["base"]), (changed, bits["adapted"])):
-        ours, _ = clbench_nll(model, tokenizer, data.old_text, with_eos=False)
-        assert value * sum(len(t) for t in data.old_text) * math.log(2) == pytest.approx(ours, rel=1e-7)
+        ours, _, n_bytes = clbench_nll(model, tokenizer, data.old_text, RULE)
+        assert value * n_bytes * math.log(2) == pytest.approx(ours, rel=1e-7)
     assert {r["task_hash"] for r in rows_same + rows_changed} == {rows_same[0]["task_hash"]}
     version = importlib.metadata.version("lm_eval")
     assert [(r["metric"], r["task_version"], r["lm_eval_version"]) for r in rows_same] == [
-        ("bits_per_byte", "1.0", version),
-        ("byte_perplexity", "1.0", version),
-        ("word_perplexity", "1.0", version),
+        ("bits_per_byte", "2.0", version),
+        ("byte_perplexity", "2.0", version),
+        ("word_perplexity", "2.0", version),
     ]
 
 
@@ -137,8 +151,8 @@ def test_same_task_name_with_other_data_is_not_served_from_a_request_cache(data,
     other = build(Params(n_test=10, n_old_skill=20, n_old_text=30, n_replay=0, data_seed=1), tokenizer)
     first, second = base_scores, checker.scores(model, tokenizer, other)
     assert first["clbench_old_text", "bits_per_byte"] != second["clbench_old_text", "bits_per_byte"]
-    ours, _ = clbench_nll(model, tokenizer, other.old_text, with_eos=False)
-    assert lm_eval_nll(second, other.old_text) == pytest.approx(ours, rel=1e-7)
+    ours, _, n_bytes = clbench_nll(model, tokenizer, other.old_text, RULE)
+    assert lm_eval_nll(second, n_bytes) == pytest.approx(ours, rel=1e-7)
 
 
 def test_hflm_would_retie_an_untied_head_and_the_checker_puts_it_back(data, checker):
@@ -163,8 +177,8 @@ def test_hflm_would_retie_an_untied_head_and_the_checker_puts_it_back(data, chec
     assert model.lm_head.weight is head and model.model.embed_tokens.weight is not head
     assert torch.equal(head[-1], model.model.embed_tokens.weight[-1] + 1.0)
     assert model.training  # restored after lm-eval's eval()
-    ours, _ = clbench_nll(model.eval(), expanded, data.old_text, with_eos=False)
-    assert lm_eval_nll(scores, data.old_text) == pytest.approx(ours, rel=1e-7)  # scored with the untied head
+    ours, _, n_bytes = clbench_nll(model.eval(), expanded, data.old_text, RULE)
+    assert lm_eval_nll(scores, n_bytes) == pytest.approx(ours, rel=1e-7)  # scored with the untied head
 
 
 ENGLISH = [
@@ -198,10 +212,14 @@ def test_english_text_word_and_byte_perplexity_follow_from_clbench_nll():
     model = tiny_model(tokenizer)
     data = TaskData(new_tokens=[], train=[], target_test=[], old_text=ENGLISH)
     scores = Checker(["clbench_old_text"], batch_size=4).scores(model, tokenizer, data)
-    nll, n_tokens = clbench_nll(model, tokenizer, ENGLISH, with_eos=False)
-    n_bytes, n_words = sum(len(t.encode()) for t in ENGLISH), sum(len(t.split()) for t in ENGLISH)
-    assert (n_tokens, n_bytes, n_words) == (47, 105, 21)  # "naïve café": 2-byte characters
+    nll, n_tokens, n_bytes = clbench_nll(model, tokenizer, ENGLISH, RULE)
+    n_words = sum(len(t.split()) for t in ENGLISH)
+    heads = [tokenizer.decode(tokenizer.encode(t, add_special_tokens=False)[:1]) for t in ENGLISH]
+    # 47 tokens and 105 bytes in all ("naïve café": 2-byte characters); the first tokens, "The", "A", "For" (7 bytes),
+    # are context; every word keeps a scored part, so the words are the texts' own (lm-eval counts " cat sat" as 2)
+    assert heads == ["The", "A", "For"] and (n_tokens, n_bytes, n_words) == (47 - 3, 105 - 7, 21)
     value = lambda metric: scores["clbench_old_text", metric]["value"]
     assert value("bits_per_byte") == pytest.approx(nll / n_bytes / math.log(2), rel=1e-7)
-    assert value("byte_perplexity") == pytest.approx(math.exp(nll / n_bytes), rel=1e-7)
+    # exp multiplies the NLL's float32 relative error (~5e-8) by NLL / bytes (2.6 here): 1.3e-7 measured
+    assert value("byte_perplexity") == pytest.approx(math.exp(nll / n_bytes), rel=3e-7)
     assert value("word_perplexity") == pytest.approx(math.exp(nll / n_words), rel=1e-6)
