@@ -154,11 +154,14 @@ def run_row(
     }
 
 
+# tiers the README's test command leaves out, each run only when `-m` names it: .ci/run runs `-m slow` beside it
+# (the real bases: minutes), stress only by hand (many processes for many minutes)
+TIERS = ("slow", "stress")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Stress tests run only when `-m` names them: the README's test command leaves them out."""
-    if "stress" in (config.option.markexpr or ""):
-        return
-    kept = [item for item in items if not item.get_closest_marker("stress")]
-    if len(kept) < len(items):
-        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("stress")])
-        items[:] = kept
+    named = config.option.markexpr or ""
+    left_out = [item for item in items if any(item.get_closest_marker(t) and t not in named for t in TIERS)]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if item not in left_out]
