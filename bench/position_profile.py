@@ -14,7 +14,7 @@ import argparse
 import torch
 
 from clbench.data import TRAINING, encode_texts
-from clbench.protocol import Session
+from clbench.session import Session
 from clbench.taskspec import load_tasks
 
 
