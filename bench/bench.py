@@ -392,7 +392,7 @@ def section_eval(args) -> dict:
 
     from clbench.data import Encoded, encode_texts
     from clbench.evaluate import score
-    from clbench.protocol import Session
+    from clbench.session import Session
 
     session = Session(device="cpu")
     base = session.base(args.eval_model)
@@ -501,7 +501,7 @@ def section_et_eval(args) -> dict:
     over old text, as before issue 12, against the head alone over the base's kept hidden states (what a
     frozen backbone gets now). Repeats interleaved; the two must give the same numbers, bit for bit."""
     from clbench.evaluate import positions, score
-    from clbench.protocol import Session, old_sets
+    from clbench.session import Session, old_sets
 
     session = Session(device="cpu")
     task = __import__("clbench.taskspec", fromlist=["load_tasks"]).load_tasks().get("pseudowords")
@@ -541,7 +541,7 @@ def section_drift(args) -> dict:
     SmolLM2-135M): score() without and with the base's reference (its head over its kept hidden states, and the
     KLs), for a frozen backbone (head only) and for a trained one (the forward pass too). Repeats interleaved."""
     from clbench.evaluate import Reference, head_of, positions, score
-    from clbench.protocol import Session, old_sets
+    from clbench.session import Session, old_sets
 
     session = Session(device="cpu")
     task = __import__("clbench.taskspec", fromlist=["load_tasks"]).load_tasks().get("pseudowords")

@@ -23,7 +23,8 @@ import torch
 from clbench.cli import parse_options
 from clbench.data import TRAINING, encode_texts
 from clbench.method import methods
-from clbench.protocol import Session, run_one
+from clbench.protocol import run_one
+from clbench.session import Session
 from clbench.store import Store
 from clbench.taskspec import load_tasks
 

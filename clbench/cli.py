@@ -195,9 +195,10 @@ def summary_view(args) -> dict:
 def cmd_run(args) -> int:
     from clbench import distributed
     from clbench.method import methods
-    from clbench.protocol import Session, plan
+    from clbench.protocol import plan
     from clbench.records import open_store
     from clbench.report.summary import summary
+    from clbench.session import Session
     from clbench.taskspec import load_tasks
 
     tasks, registry = load_tasks(args.task_dir), methods()
@@ -249,7 +250,7 @@ def run_specs(args, task_names: list[str], method_names: list[str]) -> list[RunS
 
 def execute_all(plans: list, store, session, args, checker, live) -> list:
     """execute_checked() each plan in turn; of several, each announced with the time left (progress)."""
-    from clbench.protocol import log
+    from clbench.distributed import log
 
     outcomes, seconds = [], []
     for number, planned in enumerate(plans, 1):
@@ -333,8 +334,8 @@ def lm_eval_checker(text: str, batch_size: int = 32):
 def cmd_tune(args) -> int:
     from clbench.devices import resolve_device
     from clbench.method import methods
-    from clbench.protocol import Session
     from clbench.records import open_store
+    from clbench.session import Session
     from clbench.taskspec import load_tasks
     from clbench.tune import table, tune
 
@@ -526,8 +527,8 @@ def cmd_results(args) -> int:
 def cmd_sweep(args) -> int:
     from clbench.devices import resolve_device
     from clbench.method import methods
-    from clbench.protocol import Session
     from clbench.records import open_store
+    from clbench.session import Session
     from clbench.sweep import grid, sweep
     from clbench.taskspec import load_tasks
 
@@ -615,8 +616,8 @@ def parse_counts(text: str) -> list[int]:
 )
 def cmd_explain(args) -> int:
     from clbench.explain import explain
-    from clbench.protocol import Session
     from clbench.records import open_store
+    from clbench.session import Session
 
     print(explain(open_store(args.db), args.run_id, s=args.s, session=Session()))
     return 0
@@ -670,8 +671,8 @@ def cmd_report(args) -> int:
 )
 def cmd_lm_eval(args) -> int:
     from clbench.lmeval import check_run, format_rows
-    from clbench.protocol import Session
     from clbench.records import open_store
+    from clbench.session import Session
 
     store, checker = open_store(args.db), lm_eval_checker(args.tasks, args.batch_size)
     print(format_rows(args.run, check_run(store, args.run, checker, None, Session(), args.task_dir)))
@@ -703,9 +704,10 @@ def cmd_lm_eval(args) -> int:
 )
 def cmd_rescore(args) -> int:
     from clbench import metrics
-    from clbench.protocol import Session, log
+    from clbench.distributed import log
     from clbench.records import open_store
     from clbench.rescore import rescore, selected
+    from clbench.session import Session
 
     metrics.METRICS.get(args.missing)  # an undeclared name fails here, with "did you mean"
     store = open_store(args.db)

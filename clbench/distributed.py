@@ -14,10 +14,17 @@ none of this runs and no Accelerator is created.
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 
 from clbench.errors import ClbenchError
+
+
+def log(message: str) -> None:
+    """A line of progress on stderr; launched as several processes, they all run the same runs: one speaks."""
+    if is_main():
+        print(message, file=sys.stderr, flush=True)
 
 
 def launched() -> bool:

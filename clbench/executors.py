@@ -37,8 +37,9 @@ class RunRequest:
 def run_chunk(requests: list[RunRequest]) -> list[tuple[str, str, str | None]]:
     """Runs requests in order with one Session → [(run_id, status, reason)]. The job entry point."""
     from clbench.method import methods
-    from clbench.protocol import Session, execute, plan
+    from clbench.protocol import execute, plan
     from clbench.records import open_store
+    from clbench.session import Session
     from clbench.taskspec import load_tasks
 
     session, tasks, registry = Session(device=requests[0].device if requests else "auto"), {}, methods()

@@ -201,7 +201,7 @@ def flatten(results: dict) -> dict[tuple[str, str], dict]:
 def reconstruct(store: ResultStore, run_id: str, session, task_dirs: list[Path]) -> dict:
     """A finished run's base, data, adapted model and tokenizer, rebuilt by re-running its config
     (clbench/rescore.py rebuild: the same run id, the stored quality metrics reproduced, exactly on CPU)."""
-    from clbench.protocol import log
+    from clbench.distributed import log
     from clbench.rescore import rebuild
 
     rebuilt = rebuild(store, run_id, session, task_dirs)

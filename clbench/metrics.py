@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from clbench import cl_metrics
 from clbench.errors import ClbenchError
 from clbench.registry import Registry
 
@@ -38,6 +39,16 @@ class Metric:
     # a built-in metric's computation from the run's scores (RunScores): → a float, None where it does not
     # apply, or {name: value} for a family (target_acc and target_acc_<group>)
     score: Callable[[RunScores], float | Mapping[str, float] | None] | None = None
+    # the loop checks each loss before its update, yet the last update can still leave weights whose outputs
+    # overflow: a run whose value of this metric is not finite diverged, and is no result (DivergedError)
+    diverges: bool = False
+    # its rank in the line each run logs when it ends (protocol.evaluate_adapted); None: not in that line
+    logged: int | None = None
+    # a run rebuilt from its record must reproduce it (clbench/rescore.py); timings and memory never repeat exactly
+    reproduced: bool = False
+    # a sequential task stores its value on every stage's target set after every stage (stage_cells), and its
+    # transfer metrics summarise that matrix (avg_, bwt_, fwt_, forgetting_<stage>: clbench/cl_metrics.py)
+    transfer: bool = False
 
 
 METRICS: Registry[Metric] = Registry("metric")
@@ -53,6 +64,10 @@ def register_metric(
     headline: Mapping[str, int] | None = None,
     compute: Callable[[Mapping[str, float]], float | None] | None = None,
     score: Callable[[RunScores], float | Mapping[str, float] | None] | None = None,
+    diverges: bool = False,
+    logged: int | None = None,
+    reproduced: bool = False,
+    transfer: bool = False,
 ) -> Metric:
     """Declare a metric; a second declaration of a name is an error, except by the same task
     hook file run again (each Task object of a file executes it)."""
@@ -63,7 +78,21 @@ def register_metric(
         )
     if _loading and metric in METRICS and _declared_in.get(metric) == _loading[-1]:
         return METRICS.get(metric)  # the first run's declaration stands: the same file declares the same
-    declared = METRICS.register(metric, Metric(metric, higher_is_better, definition, headline, compute, score))
+    declared = METRICS.register(
+        metric,
+        Metric(
+            metric,
+            higher_is_better,
+            definition,
+            headline,
+            compute,
+            score,
+            diverges=diverges,
+            logged=logged,
+            reproduced=reproduced,
+            transfer=transfer,
+        ),
+    )
     if _loading:
         _declared_in[metric] = _loading[-1]
     return declared
@@ -102,6 +131,27 @@ def headline(view: str) -> list[str]:
         raise ClbenchError(f"unknown headline view {view!r}; known: {', '.join(VIEWS)}")
     shown = [METRICS.get(name) for name in METRICS if view in METRICS.get(name).headline]
     return [m.name for m in sorted(shown, key=lambda m: m.headline[view])]
+
+
+def logged() -> list[str]:
+    """The metrics each run logs when it ends, in their logged rank."""
+    shown = [m for m in METRICS.registered() if m.logged is not None]
+    return [m.name for m in sorted(shown, key=lambda m: m.logged)]
+
+
+def divergence_checked() -> list[str]:
+    """The metrics whose non-finite value makes a run diverged, in the order declared."""
+    return [m.name for m in METRICS.registered() if m.diverges]
+
+
+def reproduced() -> list[str]:
+    """The quality metrics a rebuilt run must reproduce (clbench/rescore.py)."""
+    return [m.name for m in METRICS.registered() if m.reproduced]
+
+
+def transfer_metrics() -> list[str]:
+    """The metrics a sequential task's transfer metrics summarise, in the order declared."""
+    return [m.name for m in METRICS.registered() if m.transfer]
 
 
 def computed(metrics: list[Metric], values: Mapping[str, float]) -> dict[str, float]:
@@ -255,19 +305,25 @@ def markdown_table() -> str:
 
 # ---------------------------------------------------------------- the declarations
 
-# scored after training (clbench/protocol.py collect_metrics)
+# scored after training (clbench/protocol.py evaluate_adapted)
 register_metric(
     "target_loss",
     higher_is_better=False,
     definition="mean NLL per scored token on held-out target examples, old-vocabulary softmax, over completion positions whose target is an old token",
     headline={"summary": 10, "leaderboard": 40, "curve": 10},
     score=lambda r: r.target.loss_old,
+    diverges=True,
+    logged=10,
+    reproduced=True,
+    transfer=True,
 )
 register_metric(
     "target_loss_full",
     higher_is_better=False,
     definition="as target_loss with the full softmax, over every completion position",
     score=lambda r: r.target.loss_full,
+    diverges=True,
+    reproduced=True,
 )
 register_metric(
     "target_loss_init",
@@ -281,6 +337,9 @@ register_metric(
     definition="exact match of the whole completion (greedy, old-vocabulary argmax) on held-out target examples",
     headline={"summary": 20, "leaderboard": 10, "curve": 20},
     score=lambda r: target_accuracies(r) if r.exact_match else None,
+    logged=40,
+    reproduced=True,
+    transfer=True,
 )
 # target_acc_<group> for every group of the target examples (data.Example.group); these two are headlines
 register_metric(
@@ -307,6 +366,9 @@ register_metric(
     definition="old-text NLL, adapted (old-vocabulary softmax) − base",
     headline={"summary": 60, "leaderboard": 60, "curve": 50},
     score=lambda r: forgetting(r.old.loss_old, r.base_old.loss_old),
+    diverges=True,
+    logged=60,
+    reproduced=True,
 )
 register_metric(
     "forgetting_full",
@@ -314,6 +376,9 @@ register_metric(
     definition="old-text NLL, adapted (full softmax) − base",
     headline={"summary": 70, "leaderboard": 70, "curve": 60},
     score=lambda r: forgetting(r.old.loss_full, r.base_old.loss_old),
+    diverges=True,
+    logged=70,
+    reproduced=True,
 )
 # transition drift: the paper's forgetting. A loss difference on a corpus also measures how far the model moved
 # towards or away from that corpus's domain; the drift of p(· | x<t) at each old-text position does not.
@@ -357,11 +422,14 @@ for _name, (_field, _definition, _headline) in DRIFT.items():
         headline=_headline,
         score=lambda r, _field=_field: drift_of(r.old, _field),
     )
+# a sequential task's stage × task matrix holds these beside old text's losses after every stage (stage_cells)
+STAGE_DRIFT = ("drift_kl_oldvocab", "drift_kl_full")
 register_metric(
     "old_skill_acc",
     higher_is_better=True,
     definition="exact match on the old-skill probe, adapted model, old-vocabulary argmax",
     score=lambda r: accuracy(r.skill.hits_old) if len(r.skill.hits_old) else None,
+    reproduced=True,
 )
 register_metric(
     "old_skill_acc_base",
@@ -468,8 +536,9 @@ register_metric(
     definition="next-token top-1: the old-vocabulary argmax at the first scored position (the token right after the prompt; with an empty prompt, the text's second token) is right",
     headline={"summary": 25, "leaderboard": 15},
     score=lambda r: accuracy(r.target.top1_old),
+    logged=50,
 )
-# evaluation noise (clbench/protocol.py evaluation_noise)
+# evaluation noise
 NOISE = {  # evaluation noise of each of these, from per-example sums (forgetting: paired with the base)
     "target_loss": lambda r: bootstrap_se(r.target.example_nll_old, r.target.example_n_old),
     "forgetting_oldvocab": lambda r: bootstrap_se(
@@ -510,7 +579,7 @@ for _name, _paired, _score in (
         definition=f"evaluation noise of {_name}: bootstrap standard error over the target examples ({BOOTSTRAP_RESAMPLES} resamples, fixed seed), resampled together with the {_paired} on the same examples",
         score=_score,
     )
-# reference points, stored with every run (clbench/protocol.py references)
+# reference points, stored with every run (clbench/protocol.py base_references)
 register_metric(
     "target_loss_nolearn",
     higher_is_better=False,
@@ -553,6 +622,7 @@ register_metric(
     definition="(target_loss_nolearn − target_loss) / (target_loss_nolearn − target_loss_oracle): 0 learned nothing, 1 as good as the base reading the meaning; >1 beats it, <0 worse than not learning",
     headline={"summary": 15, "leaderboard": 35, "curve": 15},
     score=lambda r: finite_or_none(gap_closed_of(r)),
+    logged=30,
 )
 register_metric(
     "target_loss_oracle_adapted",
@@ -574,6 +644,7 @@ register_metric(
     definition=f"the new tokens' outgoing transitions: mean NLL (old-vocabulary softmax) of the scored targets 1 to {AFTER_NEW} tokens after a new token (counted from the latest new token before them) in the held-out target examples; after_new_loss_<k>: k tokens after it",
     headline={"summary": 12, "leaderboard": 37, "curve": 12},
     score=lambda r: after_new_losses(r.target),
+    logged=20,
 )
 register_metric(
     "after_new_loss_nolearn",
@@ -603,7 +674,7 @@ register_metric(
         (r.target.new_nll_full / r.target.new_occurrences) if r.emits_new and r.target.new_occurrences else None
     ),
 )
-# greedy use of the new tokens (clbench/protocol.py generation_metrics), from the scoring pass's argmax
+# greedy use of the new tokens, from the scoring pass's argmax
 register_metric(
     "new_token_recall",
     higher_is_better=True,
@@ -676,6 +747,35 @@ register_metric(
     higher_is_better=False,
     definition="per stage (suffix): target_loss after the last stage − best (lowest) before it",
 )
+
+
+# ---------------------------------------------------------------- a sequential task's stage × task matrix
+
+
+def stage_cells(old, targets: list) -> list[tuple[int, str, float]]:
+    """One row of the stage × task matrix: (eval_stage, metric, value) for old text (eval_stage 0: its loss under
+    either softmax and its STAGE_DRIFT) and for each stage's target set (eval_stage 1, 2, …). old, targets:
+    clbench.evaluate.Scores of one model after one stage."""
+    cells = [(0, "loss_oldvocab", old.loss_old), (0, "loss_full", old.loss_full)]
+    cells += [(0, name, drift_of(old, DRIFT[name][0])) for name in STAGE_DRIFT]
+    for number, target in enumerate(targets, 1):
+        cells += [
+            (number, "target_loss", target.loss_old),
+            (number, "target_acc", accuracy(target.hits_old)),
+            (number, "target_loss_full", target.loss_full),
+        ]
+    return cells
+
+
+def transfer(matrix: list[tuple], stage_names: list[str]) -> dict[str, float]:
+    """The transfer metrics of every transfer_metrics() from the stage × task matrix's
+    (after_stage, eval_stage, metric, value) rows: avg_, bwt_, fwt_ and forgetting_<stage> (clbench/cl_metrics.py)."""
+    values = {}
+    for metric in transfer_metrics():
+        cell = {(a, e): v for a, e, m, v in matrix if m == metric}
+        R = [[cell[a, e] for e in range(1, len(stage_names) + 1)] for a in range(len(stage_names) + 1)]
+        values.update(cl_metrics.summarize(R, metric, higher_is_better(metric), stage_names))
+    return values
 
 
 def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

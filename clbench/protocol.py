@@ -1,13 +1,19 @@
-"""The protocol: one flow, the same for every task and method.
+"""The protocol: one flow, the same for every task and method. This file reads in the order a run goes.
 
     RunSpec (clbench/spec.py: a run's inputs)
-      → plan(): every input checked, the base and data loaded, the config resolved and hashed to the run id
-      → execute(): skip it if the store has it finished, leave it if a live process holds it, else claim it
-          → adapt_and_evaluate(): the base's references → expand the vocabulary → train with the method under
-            the task's budget → evaluate the adapted model (computes only: no store access)
-      → the store records the result (clbench/store.py: one DuckDB file; clbench/records.py: one record per run)
+      → plan(): every input checked, the base and data loaded, the config resolved and hashed to the run id: a Plan
+      → adapt_and_evaluate(): the run itself, in four phases; it computes only (no store access)
+          1. base_references(): the unexpanded base's scores on the run's data
+          2. expanded(): a private copy of the base, its vocabulary |V| → |V| + |U|
+          3. train_stages(): trained with the plan's method under the task's budget, stage after stage
+          4. evaluate_adapted(): the adapted model scored on the same data → the run's metrics (clbench/metrics.py)
+      → execute(): skip the run if the store has it finished, leave it if a live process holds it, else claim it,
+        compute it (adapt_and_evaluate) under a heartbeat → a RunRecord, which record() hands to the store
+        (clbench/storage.py ResultStore: one record per run)
+    run_one(): plan(), then execute().
 
-Base-model evaluations depend only on (model, data) and are computed once per process (Session).
+What a process computes once and reuses across runs (base models, task data, base scores) is its Session
+(clbench/session.py).
 """
 
 from __future__ import annotations
@@ -16,173 +22,37 @@ import contextlib
 import copy
 import dataclasses
 import math
-import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from clbench import cl_metrics, distributed, teacher
+from clbench import distributed, teacher
 from clbench import metrics as M
 from clbench.data import Encoded, Example, Stage, TaskData, encode_examples, encode_texts, read_all
-from clbench.devices import input_device, resolve_device
+from clbench.devices import input_device
+from clbench.distributed import log
 from clbench.errors import ClbenchError, DivergedError
-from clbench.evaluate import Positions, Reference, Scores, greedy, head_of, positions, score
+from clbench.evaluate import Reference, Scores, greedy, score
 from clbench.expand import INIT_STRATEGIES, add_new_tokens, check_expansion, expand
 from clbench.explain import meaning_recovery, rows_file, save_new_rows
 from clbench.memory import PeakMemory
 from clbench.method import MethodSpec
-from clbench.models import Base, load_base
+from clbench.models import Base
 from clbench.provenance import git_commit, hardware, versions
 from clbench.samples import example_rows
+from clbench.session import Session, old_sets
 from clbench.spec import RunSpec, resolve, run_id, task_settings
 from clbench.storage import Claim, ResultStore, now
 from clbench.taskspec import Budget, Task
 from clbench.train import TrainResult, train
 
 
-def log(message: str) -> None:
-    if distributed.is_main():  # launched as several processes, they all run the same runs: one speaks
-        print(message, file=sys.stderr, flush=True)
-
-
-@dataclass
-class Session:
-    """What a process computes once and reuses across runs: base models, task data, base scores."""
-
-    trust_remote_code: bool = False
-    device: str = "auto"  # auto: the GPU when torch sees one (launched as several processes: each its own)
-    device_map: str | dict | None = None  # "auto": hub/local models placed across the GPUs (models.load_base)
-    bases: dict[str, Base] = field(default_factory=dict)
-    datasets: dict[tuple, TaskData] = field(default_factory=dict)
-    base_scores: dict[tuple, tuple[Scores, Scores]] = field(default_factory=dict)
-    base_target_scores: dict[tuple, Scores] = field(default_factory=dict)
-    base_positions: dict[tuple, list[Positions]] = field(default_factory=dict)
-    old_references: dict[tuple, Reference] = field(default_factory=dict)
-    # the expanded model before any training is the same for every method (expand() precedes setup()),
-    # so its target scores are too: one scoring per (base, data, init, seed) rather than per method
-    init_scores: dict[tuple, Scores] = field(default_factory=dict)
-    oracle_encodings: dict[tuple, list[Encoded]] = field(default_factory=dict)
-
-    def base(self, ref: str) -> Base:
-        if ref not in self.bases:
-            log(f"loading base model {ref}")
-            device = (
-                distributed.device()
-                if distributed.launched() and self.device == "auto"
-                else resolve_device(self.device)
-            )
-            self.bases[ref] = load_base(
-                ref, log=log, trust_remote_code=self.trust_remote_code, device=device, device_map=self.device_map
-            )
-        return self.bases[ref]
-
-    def data(self, task: Task, params, base: Base) -> TaskData:
-        key = (task.name, params.model_dump_json(), base.fingerprint)
-        if key not in self.datasets:
-            self.datasets[key] = task.build(params, base.tokenizer)
-            if short := self.datasets[key].shortfall(params):
-                log(f"{task.name}: {short}")
-        return self.datasets[key]
-
-    def scores_of_base(self, base: Base, data: TaskData, batch_size: int) -> tuple[Scores, Scores]:
-        """(old text, old skill) scored by the unexpanded base model."""
-        key = (base.fingerprint, data.fingerprint())
-        if key not in self.base_scores:
-            old, skill = old_sets(base, data)
-            pad, vocab = base.tokenizer.pad_token_id, len(base.tokenizer)
-            self.base_scores[key] = (
-                score(
-                    base.model,
-                    old,
-                    old_vocab=vocab,
-                    pad_id=pad,
-                    batch_size=batch_size,
-                    at=self.old_positions(base, data, batch_size),
-                ),
-                score(base.model, skill, old_vocab=vocab, pad_id=pad, batch_size=batch_size),
-            )
-        return self.base_scores[key]
-
-    def old_positions(self, base: Base, data: TaskData, batch_size: int) -> list[Positions]:
-        """The base's hidden states at the old text's scored positions, computed once: a method with a
-        frozen backbone has the very same on old text (it holds no new token), so its evaluation
-        there is the head alone (adapt_and_evaluate)."""
-        return self._positions(base, data, batch_size, "old", lambda: old_sets(base, data)[0])
-
-    def old_reference(self, base: Base, data: TaskData, batch_size: int) -> Reference:
-        """What an adapted model's transition drift on old text is measured against: the base's positions
-        there and its head (a copy where own_model hands the base's weights to the run: device_map)."""
-        key = (base.fingerprint, data.fingerprint(), batch_size)
-        if key not in self.old_references:
-            head = head_of(base.model, len(base.tokenizer), keep=base.reload is not None)
-            self.old_references[key] = Reference(self.old_positions(base, data, batch_size), head)
-        return self.old_references[key]
-
-    def oracle_positions(self, base: Base, data: TaskData, batch_size: int) -> list[Positions]:
-        """The same for the target set's oracle version (each new token replaced by its meaning): it
-        holds no new token either, so a frozen backbone's adapted-oracle score is the head alone."""
-        return self._positions(base, data, batch_size, "oracle", lambda: self.oracle_encoded(base, data))
-
-    def _positions(self, base: Base, data: TaskData, batch_size: int, which: str, encoded) -> list[Positions]:
-        key = (base.fingerprint, data.fingerprint(), batch_size, which)
-        if key not in self.base_positions:
-            self.base_positions[key] = list(
-                positions(base.model, encoded(), pad_id=base.tokenizer.pad_token_id, batch_size=batch_size)
-            )
-        return self.base_positions[key]
-
-    def oracle_encoded(self, base: Base, data: TaskData) -> list[Encoded]:
-        """The target set's oracle version under the base tokenizer, encoded once per (base, data)."""
-        key = (base.fingerprint, data.fingerprint())
-        if key not in self.oracle_encodings:
-            self.oracle_encodings[key] = encode_examples(
-                base.tokenizer, data.target_oracle, base.max_length, data.scoring
-            )
-        return self.oracle_encodings[key]
-
-    def target_of_base(self, base: Base, data: TaskData, batch_size: int, *, oracle: bool = False) -> Scores:
-        """The target set, or its oracle version, scored by the unexpanded base with its own tokenizer:
-        the no-learning and the oracle reference (clbench/protocol.py reference_metrics)."""
-        key = (base.fingerprint, data.fingerprint(), oracle)
-        if key not in self.base_target_scores:
-            encoded = (
-                self.oracle_encoded(base, data)
-                if oracle
-                else encode_examples(base.tokenizer, data.target_test, base.max_length, data.scoring)
-            )
-            self.base_target_scores[key] = score(
-                base.model,
-                encoded,
-                old_vocab=len(base.tokenizer),
-                pad_id=base.tokenizer.pad_token_id,
-                batch_size=batch_size,
-                at=self.oracle_positions(base, data, batch_size) if oracle else None,
-            )
-        return self.base_target_scores[key]
-
-
-def old_sets(base: Base, data: TaskData) -> tuple[list[Encoded], list[Encoded]]:
-    # Old material is encoded with the base tokenizer for both models: forgetting compares the
-    # same token sequences, even where an expanded tokenizer would split the text differently.
-    return (
-        encode_texts(base.tokenizer, data.old_text, base.max_length, data.scoring),
-        encode_examples(base.tokenizer, data.old_skill, base.max_length, data.scoring),
-    )
-
-
-@dataclass(frozen=True)
-class Outcome:
-    run_id: str
-    status: str  # finished | failed | skipped (already finished in the store) | busy (another live process runs it)
-    metrics: dict[str, float]
-    reason: str | None = None
-
-
 @dataclass(frozen=True)
 class Plan:
-    """A resolved run whose input passed every check: nothing after plan() rejects bad input."""
+    """A resolved run whose input passed every check: nothing after plan() rejects bad input. Every phase
+    reads the run's method here, and nowhere else."""
 
     spec: RunSpec
     task: Task
@@ -197,116 +67,26 @@ class Plan:
     seed: int
 
 
-def run_one(
-    task: Task,
-    method: MethodSpec,
-    *,
-    seed: int = 0,
-    store: ResultStore,
-    session: Session,
-    tuned_lr: Callable[[str], float | None] | None = None,
-    on_adapted=None,
-    log_samples: bool = False,
-    live=None,
-    **how,
-) -> Outcome:
-    """One run from its inputs: `how` is RunSpec.make's (options, model, profile, init, n_train, param_overrides,
-    budget_overrides, split, tuned); planned, then executed."""
-    spec = RunSpec.make(task.name, method.name, seed=seed, **how)
-    planned = plan(spec, task, method, session=session, tuned_lr=tuned_lr)
-    return execute(planned, store=store, session=session, on_adapted=on_adapted, log_samples=log_samples, live=live)
+@dataclass(frozen=True)
+class RunRecord:
+    """One attempt at a run, computed and not yet written: what record() hands to the store."""
+
+    run: dict  # the runs row (run_row): what ran, on what, with which code, when, and how it ended
+    attempt: int  # the claim's: nothing lands unless this process still holds that attempt (ResultStore.record)
+    evaluated: Evaluated  # its metrics and rows; empty for a run that failed
+
+    def outcome(self) -> Outcome:
+        return Outcome(self.run["run_id"], self.run["status"], self.evaluated.values, self.run["reason"])
 
 
-def execute(
-    planned: Plan, *, store: ResultStore, session: Session, on_adapted=None, log_samples: bool = False, live=None
-):
-    """Run a plan unless the store has it finished or a live process holds it; the result is recorded.
+@dataclass(frozen=True)
+class Outcome:
+    """What execute() answers its caller."""
 
-    on_adapted(base, data, adapted_model, tokenizer), if given, sees the adapted model in memory
-    after evaluation (lm-eval checks); it is not called for skipped or failed runs. log_samples: also
-    record per-example scores (the samples table); live: a clbench.live.LiveLog the training curves
-    go to as they come. Neither changes a result, so neither is in the config the run_id hashes: a
-    finished run is not rerun to add its samples."""
-    task, method, seed = planned.task, planned.method, planned.seed
-    # launched as several processes, only the main one touches the store; its claim decides for all
-    claim = distributed.main_decides(lambda: claim_unless_finished(store, planned.run_id))
-    if claim.state == "finished":
-        return Outcome(planned.run_id, "skipped", {})
-    if claim.state == "busy":
-        log(f"{task.name} × {method.name} (seed {seed}): running in {claim.holder}; left to it")
-        return Outcome(planned.run_id, "busy", {})
-    if claim.attempt > 1:
-        log(f"retrying run {planned.run_id} (attempt {claim.attempt}; the previous attempt was interrupted or failed)")
-
-    size = f"n_train {planned.budget.n_train}, {planned.budget.steps} steps"
-    log(f"{task.name} × {method.name} (seed {seed}, model {planned.base.ref}, {size})")
-    started = now()
-    # the code this process runs is the checkout's as it is now: read at the end, a checkout moved meanwhile
-    # would label the run with code it did not run
-    commit = git_commit()
-    main = distributed.is_main()
-    try:
-        with (
-            store.heartbeat(planned.run_id, claim.attempt) if main else contextlib.nullcontext(),
-            live.run(planned.run_id, planned.config) if live and main else contextlib.nullcontext() as tracked,
-        ):
-            evaluated = adapt_and_evaluate(
-                planned,
-                method=method,
-                session=session,
-                rows_path=rows_file(planned.run_id) if main else None,
-                on_adapted=on_adapted,
-                log_samples=log_samples,
-                on_step=tracked.step if tracked else None,
-            )
-            evaluated.values.update(M.computed(task.metrics, evaluated.values))  # the task's own, from the others
-            if tracked:
-                tracked.result(evaluated.values)
-        status, reason = "finished", None
-    except DivergedError as error:
-        evaluated, status, reason = Evaluated({}, []), "failed", str(error)
-        log(f"  failed: {reason}")
-    if not main:
-        return Outcome(planned.run_id, status, evaluated.values, reason)
-    store.record(
-        run_row(planned, status, reason, commit=commit, started=started),
-        evaluated.values,
-        attempt=claim.attempt,
-        stage_matrix=evaluated.matrix,
-        curves=evaluated.curves,
-        samples=evaluated.samples,
-        generations=evaluated.generations,
-    )
-    return Outcome(planned.run_id, status, evaluated.values, reason)
-
-
-def run_row(planned: Plan, status: str, reason: str | None, *, commit: str | None, started) -> dict:
-    """The self-describing part of a run's record: what ran, on what, with which code, when, and how it ended."""
-    return {
-        "run_id": planned.run_id,
-        "task": planned.task.name,
-        "task_version": planned.task.spec.version,
-        "method": planned.method.name,
-        "model": planned.base.ref,
-        "seed": planned.seed,
-        "status": status,
-        "reason": reason,
-        "config": planned.config,
-        "model_fingerprint": planned.base.fingerprint,
-        "data_fingerprint": planned.config["data_fingerprint"],
-        "versions": versions() | hardware(planned.base.model, planned.budget.batch_size),
-        "git_commit": commit,
-        "started_at": started,
-        "finished_at": now(),
-        "spec": planned.spec.to_dict(),
-    }
-
-
-def claim_unless_finished(store: ResultStore, run_id: str):
-    """The claim makes an interruption visible to the next command, which retries the run."""
-    if store.status(run_id) == "finished":  # read-only: no write lock for a run already done
-        return Claim("finished")
-    return store.claim(run_id)  # "finished" too if another process finished it since
+    run_id: str
+    status: str  # finished | failed | skipped (already finished in the store) | busy (another live process runs it)
+    metrics: dict[str, float]
+    reason: str | None = None
 
 
 def plan(
@@ -438,109 +218,8 @@ def stages_of(data: TaskData) -> list[Stage]:
 
 
 @dataclass(frozen=True)
-class Evaluated:
-    values: dict[str, float]  # the run's metrics
-    matrix: list[tuple]  # a sequential task's stage × task matrix (stage_row); empty for a plain task
-    curves: list[tuple] = ()  # (stage, step, loss, lr, grad_norm) per training step (the curves table)
-    samples: list[tuple] = ()  # per-example rows (clbench/samples.py), with log_samples only
-    generations: list[tuple] = ()  # sample_generations: a few greedy continuations
-
-
-def adapt_and_evaluate(
-    planned: Plan,
-    *,
-    method: MethodSpec,
-    session: Session,
-    rows_path: Path | None = None,
-    on_adapted=None,
-    log_samples: bool = False,
-    on_step: Callable[[int, float, float, float], None] | None = None,
-) -> Evaluated:
-    """The run itself, phase by phase: the base's references, expansion, training, evaluation. No store access.
-
-    rows_path: where the learned new rows go (None: not kept); on_adapted, log_samples: as in execute();
-    on_step(step, loss, lr, grad_norm) after every training step, steps counted across stages."""
-    base, data = planned.base, planned.data
-    references = base_references(planned, session)
-    run = expanded(planned, method, session, references)
-    memory = PeakMemory(input_device(run.model))  # this run's peak, from here to the end of its evaluation
-    trained = train_stages(planned, method, run, on_step)
-    if rows_path is not None:  # the learned new rows, for `clbench explain`
-        save_new_rows(rows_path, run.model, run.old_vocab, data.new_tokens, data.meaning, data.whole_word_tokens)
-    values, target, old = evaluate_adapted(planned, method, session, run, trained, references, memory)
-    emits_new = method.train_vocab == "full"
-    generations = sample_generations(
-        run.model,
-        run.tokenizer,
-        run.target_set,
-        run.old_set,
-        old_vocab=run.old_vocab,
-        emits_new=emits_new,
-        max_length=base.max_length,
-    )
-    if on_adapted is not None:
-        on_adapted(base, data, run.model, run.tokenizer)
-    curves = [(stage, step, *p) for stage, r in enumerate(trained.results, 1) for step, p in enumerate(r.curve)]
-    samples = (
-        example_rows("target", data.target_test, run.target_set, target, run.tokenizer)
-        + example_rows(
-            "old_text", [Example("", t) for t in data.old_text], run.old_set, old, run.tokenizer, references.old
-        )
-        if log_samples
-        else []
-    )
-    return Evaluated(values, trained.matrix, curves, samples, generations)
-
-
-def evaluate_adapted(planned: Plan, method: MethodSpec, session: Session, run: Expanded, trained, references, memory):
-    """4. the adapted model on the same data the base was scored on → (metrics, target scores, old-text scores);
-    a DivergedError where its losses are not finite."""
-    base, data = planned.base, planned.data
-    target, old = run.scored(run.model, run.target_set), run.scored_old(run.model)
-    scores = M.RunScores(
-        target=target,
-        old=old,
-        skill=run.scored(run.model, run.skill_set),
-        base_old=references.old,
-        base_skill=references.skill,
-        at_init=run.at_init,
-        no_learning=references.target,
-        oracle=references.oracle,
-        adapted_oracle=adapted_oracle(planned, method, session, run),
-        groups=tuple(e.group for e in data.target_test),
-        train=trained.result,
-        trainable=trained.trainable,
-        exact_match=data.exact_match,
-        emits_new=method.train_vocab == "full",
-        memory=memory.metrics(),
-        recovery=meaning_recovery(base, run.model, data),  # where the task knows what each new token stands for
-    )
-    values = M.scored(scores)  # every built-in metric, by its declaration (clbench/metrics.py)
-    if data.stages:
-        values.update(stage_metrics(trained.matrix, [s.name for s in stages_of(data)]))
-    log("  " + "  ".join(f"{k} {values[k]:.4g}" for k in LOGGED if k in values))
-    # the loop checks each loss before its update; the last update can still leave weights whose
-    # outputs overflow: a run whose adapted model scores non-finite losses diverged, it is no result
-    for name in ("target_loss", "target_loss_full", "forgetting_oldvocab", "forgetting_full"):
-        if not math.isfinite(values[name]):
-            raise DivergedError(f"non-finite {name} ({values[name]}) after training")
-    return values, target, old
-
-
-LOGGED = (
-    "target_loss",
-    "after_new_loss",
-    "gap_closed",
-    "target_acc",
-    "target_top1",
-    "forgetting_oldvocab",
-    "forgetting_full",
-)
-
-
-@dataclass(frozen=True)
 class References:
-    """The unexpanded base's scores on the run's data (cached per process by Session)."""
+    """The unexpanded base's scores on the run's data (cached per process: clbench/session.py)."""
 
     old: Scores  # old text
     skill: Scores  # old skill
@@ -550,7 +229,7 @@ class References:
 
 
 def base_references(planned: Plan, session: Session) -> References:
-    """1. the base's scores, before its weights are handed to the run (a model placed with device_map is
+    """Phase 1: the base's scores, before its weights are handed to the run (a model placed with device_map is
     handed over, and the base reloaded on its next use)."""
     base, data, batch = planned.base, planned.data, planned.budget.eval_batch_size
     old, skill = session.scores_of_base(base, data, batch)
@@ -575,8 +254,8 @@ class Expanded:
     at_init: Scores  # the target set scored by the expanded model before any training
 
 
-def expanded(planned: Plan, method: MethodSpec, session: Session, references: References) -> Expanded:
-    """2. expand a private copy of the base (a sequential task adds every stage's tokens here, each stage's rows
+def expanded(planned: Plan, session: Session, references: References) -> Expanded:
+    """Phase 2: expand a private copy of the base (a sequential task adds every stage's tokens here, each stage's rows
     staying at their initialisation until its stage)."""
     base, data, budget, seed = planned.base, planned.data, planned.budget, planned.seed
     old_vocab, pad, batch = len(base.tokenizer), base.tokenizer.pad_token_id, budget.eval_batch_size
@@ -590,7 +269,7 @@ def expanded(planned: Plan, method: MethodSpec, session: Session, references: Re
     old_set, skill_set = old_sets(base, data)
     scored = lambda m, examples: score(m, examples, old_vocab=old_vocab, pad_id=pad, batch_size=batch)
     # a frozen backbone's hidden states on old text are the base's: only its head is scored there
-    kept = session.old_positions(base, data, batch) if method.frozen_backbone else None
+    kept = session.old_positions(base, data, batch) if planned.method.frozen_backbone else None
     drift = references.drift
     scored_old = lambda m: score(
         m, old_set, old_vocab=old_vocab, pad_id=pad, batch_size=batch, at=kept, reference=drift
@@ -613,17 +292,17 @@ class Trained:
     matrix: list[tuple]  # a sequential task's stage × task matrix; empty for a plain task
 
 
-def train_stages(planned: Plan, method: MethodSpec, run: Expanded, on_step) -> Trained:
-    """3. train under the task's budget, stage after stage; the method decides only what is trainable.
+def train_stages(planned: Plan, run: Expanded, on_step) -> Trained:
+    """Phase 3: train under the task's budget, stage after stage; the method decides only what is trainable.
     run.model is replaced by what each stage's adapter finalizes."""
-    base, data, budget, seed = planned.base, planned.data, planned.budget, planned.seed
+    base, data, budget, seed, method = planned.base, planned.data, planned.budget, planned.seed, planned.method
     stages = stages_of(data)
     matrix = []
     if data.stages:
         matrix += stage_row(0, run, stages, base.max_length, data.scoring)
     results, trainable, first_new = [], 0, 0
     for number, stage in enumerate(stages, 1):
-        adapter = setup(method, run.model, run.expansion.part(first_new, len(stage.new_tokens)), planned.method_config)
+        adapter = setup(planned, run.model, run.expansion.part(first_new, len(stage.new_tokens)))
         first_new += len(stage.new_tokens)
         trainable = max(trainable, sum(p.numel() for group in adapter.param_groups for p in group["params"]))
         train_set = encode_examples(run.tokenizer, stage.train[: budget.n_train], base.max_length)
@@ -662,6 +341,23 @@ def train_stages(planned: Plan, method: MethodSpec, run: Expanded, on_step) -> T
     return Trained(total, results, trainable, matrix)
 
 
+def setup(planned: Plan, model, expansion):
+    """The plan's method.setup, where weights that device_map offloaded to cpu/disk cannot be made trainable; the
+    adapter is held to the method's declared capabilities."""
+    method = planned.method
+    try:
+        adapter = method.setup(model, expansion, planned.method_config)
+    except RuntimeError as error:
+        if not any(p.is_meta for p in model.parameters()):
+            raise
+        raise ClbenchError(
+            f"method {method.name!r} trains weights that device_map offloaded to cpu/disk "
+            f"({str(error).splitlines()[0]}); only methods that train new rows or adapters run there"
+        ) from None
+    method.check_adapter(adapter, model)
+    return adapter
+
+
 def progress(steps: int, stage: int, prefix: str, on_step):
     """The training loop's per-step callback: a log line five times a stage, and on_step with steps counted
     across stages."""
@@ -676,14 +372,58 @@ def progress(steps: int, stage: int, prefix: str, on_step):
     return report
 
 
-def adapted_oracle(planned: Plan, method: MethodSpec, session: Session, run: Expanded) -> Scores | None:
+def stage_row(after: int, run: Expanded, stages: list[Stage], max_length: int, scoring) -> list[tuple]:
+    """(after_stage, eval_stage, metric, value) for the old text (eval_stage 0) and every stage's target set,
+    the metrics as clbench/metrics.py stage_cells names them."""
+    old = run.scored_old(run.model)
+    targets = [
+        run.scored(run.model, encode_examples(run.tokenizer, stage.target_test, max_length, scoring))
+        for stage in stages
+    ]
+    return [(after, *cell) for cell in M.stage_cells(old, targets)]
+
+
+def evaluate_adapted(planned: Plan, session: Session, run: Expanded, trained: Trained, references, memory):
+    """Phase 4: the adapted model on the same data the base was scored on → (metrics, target scores, old-text
+    scores); a DivergedError where a metric declared `diverges` is not finite."""
+    base, data = planned.base, planned.data
+    target, old = run.scored(run.model, run.target_set), run.scored_old(run.model)
+    scores = M.RunScores(
+        target=target,
+        old=old,
+        skill=run.scored(run.model, run.skill_set),
+        base_old=references.old,
+        base_skill=references.skill,
+        at_init=run.at_init,
+        no_learning=references.target,
+        oracle=references.oracle,
+        adapted_oracle=adapted_oracle(planned, session, run),
+        groups=tuple(e.group for e in data.target_test),
+        train=trained.result,
+        trainable=trained.trainable,
+        exact_match=data.exact_match,
+        emits_new=planned.method.train_vocab == "full",
+        memory=memory.metrics(),
+        recovery=meaning_recovery(base, run.model, data),  # where the task knows what each new token stands for
+    )
+    values = M.scored(scores)  # every built-in metric, by its declaration (clbench/metrics.py)
+    if data.stages:
+        values.update(M.transfer(trained.matrix, [s.name for s in stages_of(data)]))
+    log("  " + "  ".join(f"{k} {values[k]:.4g}" for k in M.logged() if k in values))
+    for name in M.divergence_checked():
+        if not math.isfinite(values[name]):
+            raise DivergedError(f"non-finite {name} ({values[name]}) after training")
+    return values, target, old
+
+
+def adapted_oracle(planned: Plan, session: Session, run: Expanded) -> Scores | None:
     """The adapted model on the target set's oracle version, where the task has one."""
     base, data, batch = planned.base, planned.data, planned.budget.eval_batch_size
     if not data.target_oracle:
         return None
     oracle_set = encode_examples(run.tokenizer, data.target_oracle, base.max_length, data.scoring)
     # the base's hidden states serve only where the expanded tokenizer reads the oracle text as the base's does
-    reuse = method.frozen_backbone and oracle_set == session.oracle_encoded(base, data)
+    reuse = planned.method.frozen_backbone and oracle_set == session.oracle_encoded(base, data)
     return score(
         run.model,
         oracle_set,
@@ -692,51 +432,6 @@ def adapted_oracle(planned: Plan, method: MethodSpec, session: Session, run: Exp
         batch_size=batch,
         at=session.oracle_positions(base, data, batch) if reuse else None,
     )
-
-
-def setup(method: MethodSpec, model, expansion, method_config):
-    """method.setup, where weights that device_map offloaded to cpu/disk cannot be made trainable; the
-    adapter is held to the method's declared capabilities."""
-    try:
-        adapter = method.setup(model, expansion, method_config)
-    except RuntimeError as error:
-        if not any(p.is_meta for p in model.parameters()):
-            raise
-        raise ClbenchError(
-            f"method {method.name!r} trains weights that device_map offloaded to cpu/disk "
-            f"({str(error).splitlines()[0]}); only methods that train new rows or adapters run there"
-        ) from None
-    method.check_adapter(adapter, model)
-    return adapter
-
-
-STAGE_METRICS = ("target_loss", "target_acc")
-STAGE_DRIFT = ("drift_kl_oldvocab", "drift_kl_full")  # on old text after each stage, beside its losses
-
-
-def stage_row(after: int, run: Expanded, stages: list[Stage], max_length: int, scoring) -> list[tuple]:
-    """(after_stage, eval_stage, metric, value) for the old text (eval_stage 0) and every stage's target set."""
-    model, tokenizer, scored = run.model, run.tokenizer, run.scored
-    old = run.scored_old(model)
-    rows = [(after, 0, "loss_oldvocab", old.loss_old), (after, 0, "loss_full", old.loss_full)]
-    rows += [(after, 0, name, M.drift_of(old, M.DRIFT[name][0])) for name in STAGE_DRIFT]
-    for number, stage in enumerate(stages, 1):
-        target = scored(model, encode_examples(tokenizer, stage.target_test, max_length, scoring))
-        rows += [
-            (after, number, "target_loss", target.loss_old),
-            (after, number, "target_acc", M.accuracy(target.hits_old)),
-            (after, number, "target_loss_full", target.loss_full),
-        ]
-    return rows
-
-
-def stage_metrics(matrix: list[tuple], names: list[str]) -> dict[str, float]:
-    values = {}
-    for metric in STAGE_METRICS:
-        cell = {(a, e): v for a, e, m, v in matrix if m == metric}
-        R = [[cell[a, e] for e in range(1, len(names) + 1)] for a in range(len(names) + 1)]
-        values.update(cl_metrics.summarize(R, metric, M.higher_is_better(metric), names))
-    return values
 
 
 GENERATED_TARGETS, GENERATED_OLD, GENERATED_TOKENS = 3, 2, 8  # stored continuations per run, and their length
@@ -756,7 +451,7 @@ def sample_generations(
     continuations, to read beside the numbers: of the first target examples holding a new token after
     their first position, the reference cut right before its first one (where new_token_recall asks,
     carried on); of the first old texts, their first half. reference: the text's next GENERATED_TOKENS
-    tokens. A method trained under the old softmax decodes over V (generation_metrics)."""
+    tokens. A method trained under the old softmax decodes over V (as new_token_recall: clbench/metrics.py)."""
     first_new = lambda ids: next((i for i, t in enumerate(ids) if i and t >= old_vocab), None)
     cuts = [("target", e.ids, first_new(e.ids)) for e in target_set]
     cuts = [c for c in cuts if c[2] is not None][:GENERATED_TARGETS]
@@ -771,3 +466,185 @@ def sample_generations(
         text = tokenizer.decode
         rows.append((number, source, text(ids[:cut]), text(out), text(reference), sum(t >= old_vocab for t in out)))
     return rows
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    values: dict[str, float]  # the run's metrics
+    matrix: list[tuple]  # a sequential task's stage × task matrix (stage_row); empty for a plain task
+    curves: list[tuple] = ()  # (stage, step, loss, lr, grad_norm) per training step (the curves table)
+    samples: list[tuple] = ()  # per-example rows (clbench/samples.py), with log_samples only
+    generations: list[tuple] = ()  # sample_generations: a few greedy continuations
+
+
+def adapt_and_evaluate(
+    planned: Plan,
+    *,
+    session: Session,
+    method: MethodSpec | None = None,
+    rows_path: Path | None = None,
+    on_adapted=None,
+    log_samples: bool = False,
+    on_step: Callable[[int, float, float, float], None] | None = None,
+) -> Evaluated:
+    """The run itself, its four phases in order: the base's references, expansion, training, evaluation. No store
+    access.
+
+    method: a stand-in for the plan's method (a test's, its setup observed or replaced); every phase reads the
+    plan's. rows_path: where the learned new rows go (None: not kept); on_adapted, log_samples: as in execute();
+    on_step(step, loss, lr, grad_norm) after every training step, steps counted across stages."""
+    if method is not None:
+        planned = dataclasses.replace(planned, method=method)
+    base, data = planned.base, planned.data
+    references = base_references(planned, session)
+    run = expanded(planned, session, references)
+    memory = PeakMemory(input_device(run.model))  # this run's peak, from here to the end of its evaluation
+    trained = train_stages(planned, run, on_step)
+    if rows_path is not None:  # the learned new rows, for `clbench explain`
+        save_new_rows(rows_path, run.model, run.old_vocab, data.new_tokens, data.meaning, data.whole_word_tokens)
+    values, target, old = evaluate_adapted(planned, session, run, trained, references, memory)
+    generations = sample_generations(
+        run.model,
+        run.tokenizer,
+        run.target_set,
+        run.old_set,
+        old_vocab=run.old_vocab,
+        emits_new=planned.method.train_vocab == "full",
+        max_length=base.max_length,
+    )
+    if on_adapted is not None:
+        on_adapted(base, data, run.model, run.tokenizer)
+    curves = [(stage, step, *p) for stage, r in enumerate(trained.results, 1) for step, p in enumerate(r.curve)]
+    samples = example_samples(data, run, references, target, old) if log_samples else []
+    return Evaluated(values, trained.matrix, curves, samples, generations)
+
+
+def example_samples(data: TaskData, run: Expanded, references: References, target: Scores, old: Scores):
+    """Per-example rows of the target set and old text (clbench/samples.py): the samples table."""
+    old_examples = [Example("", t) for t in data.old_text]
+    return example_rows("target", data.target_test, run.target_set, target, run.tokenizer) + example_rows(
+        "old_text", old_examples, run.old_set, old, run.tokenizer, references.old
+    )
+
+
+def execute(
+    planned: Plan, *, store: ResultStore, session: Session, on_adapted=None, log_samples: bool = False, live=None
+) -> Outcome:
+    """Run a plan unless the store has it finished or a live process holds it; the result is recorded.
+
+    on_adapted(base, data, adapted_model, tokenizer), if given, sees the adapted model in memory
+    after evaluation (lm-eval checks); it is not called for skipped or failed runs. log_samples: also
+    record per-example scores (the samples table); live: a clbench.live.LiveLog the training curves
+    go to as they come. Neither changes a result, so neither is in the config the run_id hashes: a
+    finished run is not rerun to add its samples."""
+    # launched as several processes, only the main one touches the store; its claim decides for all
+    claim = distributed.main_decides(lambda: claim_unless_finished(store, planned.run_id))
+    if claim.state == "finished":
+        return Outcome(planned.run_id, "skipped", {})
+    if claim.state == "busy":
+        log(
+            f"{planned.task.name} × {planned.method.name} (seed {planned.seed}): running in {claim.holder}; left to it"
+        )
+        return Outcome(planned.run_id, "busy", {})
+    made = attempt(planned, claim, store, session, on_adapted=on_adapted, log_samples=log_samples, live=live)
+    if distributed.is_main():
+        record(store, made)
+    return made.outcome()
+
+
+def claim_unless_finished(store: ResultStore, run_id: str) -> Claim:
+    """The claim makes an interruption visible to the next command, which retries the run."""
+    if store.status(run_id) == "finished":  # read-only: no write lock for a run already done
+        return Claim("finished")
+    return store.claim(run_id)  # "finished" too if another process finished it since
+
+
+def attempt(planned: Plan, claim: Claim, store: ResultStore, session: Session, *, on_adapted, log_samples, live):
+    """The claimed run computed (adapt_and_evaluate), its attempt kept alive in the store by a heartbeat and its
+    curves sent to `live` meanwhile → its record, not yet written. A diverged run is a failed one."""
+    if claim.attempt > 1:
+        log(f"retrying run {planned.run_id} (attempt {claim.attempt}; the previous attempt was interrupted or failed)")
+    size = f"n_train {planned.budget.n_train}, {planned.budget.steps} steps"
+    log(f"{planned.task.name} × {planned.method.name} (seed {planned.seed}, model {planned.base.ref}, {size})")
+    started = now()
+    # the code this process runs is the checkout's as it is now: read at the end, a checkout moved meanwhile
+    # would label the run with code it did not run
+    commit = git_commit()
+    main = distributed.is_main()
+    try:
+        with (
+            store.heartbeat(planned.run_id, claim.attempt) if main else contextlib.nullcontext(),
+            live.run(planned.run_id, planned.config) if live and main else contextlib.nullcontext() as tracked,
+        ):
+            evaluated = adapt_and_evaluate(
+                planned,
+                session=session,
+                rows_path=rows_file(planned.run_id) if main else None,
+                on_adapted=on_adapted,
+                log_samples=log_samples,
+                on_step=tracked.step if tracked else None,
+            )
+            evaluated.values.update(M.computed(planned.task.metrics, evaluated.values))  # the task's own
+            if tracked:
+                tracked.result(evaluated.values)
+        status, reason = "finished", None
+    except DivergedError as error:
+        evaluated, status, reason = Evaluated({}, []), "failed", str(error)
+        log(f"  failed: {reason}")
+    return RunRecord(run_row(planned, status, reason, commit=commit, started=started), claim.attempt, evaluated)
+
+
+def run_row(planned: Plan, status: str, reason: str | None, *, commit: str | None, started) -> dict:
+    """The self-describing part of a run's record: what ran, on what, with which code, when, and how it ended."""
+    return {
+        "run_id": planned.run_id,
+        "task": planned.task.name,
+        "task_version": planned.task.spec.version,
+        "method": planned.method.name,
+        "model": planned.base.ref,
+        "seed": planned.seed,
+        "status": status,
+        "reason": reason,
+        "config": planned.config,
+        "model_fingerprint": planned.base.fingerprint,
+        "data_fingerprint": planned.config["data_fingerprint"],
+        "versions": versions() | hardware(planned.base.model, planned.budget.batch_size),
+        "git_commit": commit,
+        "started_at": started,
+        "finished_at": now(),
+        "spec": planned.spec.to_dict(),
+    }
+
+
+def record(store: ResultStore, made: RunRecord) -> None:
+    """One run written whole: its runs row, metrics and rows (clbench/storage.py ResultStore.record)."""
+    evaluated = made.evaluated
+    store.record(
+        made.run,
+        evaluated.values,
+        attempt=made.attempt,
+        stage_matrix=evaluated.matrix,
+        curves=evaluated.curves,
+        samples=evaluated.samples,
+        generations=evaluated.generations,
+    )
+
+
+def run_one(
+    task: Task,
+    method: MethodSpec,
+    *,
+    seed: int = 0,
+    store: ResultStore,
+    session: Session,
+    tuned_lr: Callable[[str], float | None] | None = None,
+    on_adapted=None,
+    log_samples: bool = False,
+    live=None,
+    **how,
+) -> Outcome:
+    """One run from its inputs: `how` is RunSpec.make's (options, model, profile, init, n_train, param_overrides,
+    budget_overrides, split, tuned); planned, then executed."""
+    spec = RunSpec.make(task.name, method.name, seed=seed, **how)
+    planned = plan(spec, task, method, session=session, tuned_lr=tuned_lr)
+    return execute(planned, store=store, session=session, on_adapted=on_adapted, log_samples=log_samples, live=live)

@@ -37,6 +37,10 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         return sorted(self._items)
 
+    def registered(self) -> list[T]:
+        """Every item, in the order registered (names() sorts)."""
+        return list(self._items.values())
+
     def __contains__(self, name: object) -> bool:
         return name in self._items
 

@@ -19,24 +19,17 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from clbench import metrics as M
+from clbench.distributed import log
 from clbench.errors import ClbenchError
 from clbench.method import methods
-from clbench.protocol import execute, log, plan
+from clbench.protocol import execute, plan
 from clbench.provenance import differences
 from clbench.spec import RunSpec
 from clbench.storage import ResultStore
 from clbench.store import Store
 from clbench.taskspec import load_tasks
 
-# quality metrics a rebuilt run must reproduce (timings and memory never repeat exactly)
-REPRODUCED = (
-    "target_loss",
-    "target_loss_full",
-    "target_acc",
-    "forgetting_oldvocab",
-    "forgetting_full",
-    "old_skill_acc",
-)
 # how far a rebuilt quality metric may lie from the stored one, relative to max(1, |stored|): float rounding
 # of the training run (2 CPU threads: about 1e-7; docs/reliability.md), well below any difference reported
 TOLERANCE = 1e-5
@@ -46,7 +39,7 @@ TOLERANCE = 1e-5
 class Rebuilt:
     metrics: dict[str, float]  # the rebuilt run's metrics
     stage_matrix: list[tuple]  # (after_stage, eval_stage, metric, value)
-    largest_difference: float  # over REPRODUCED, relative to max(1, |stored|)
+    largest_difference: float  # over metrics.reproduced(), relative to max(1, |stored|)
     captured: dict  # base, data, model, tokenizer of the rebuilt run
     elsewhere: list[str]  # what of the run's recorded versions and hardware differs here (provenance.differences)
 
@@ -90,7 +83,7 @@ def rebuild(store: ResultStore, run_id: str, session, task_dirs: list[Path]) -> 
     difference = max(
         (
             abs(outcome.metrics[m] - stored[m]) / max(1.0, abs(stored[m]))
-            for m in REPRODUCED
+            for m in M.reproduced()
             if m in stored and m in outcome.metrics and math.isfinite(stored[m])
         ),
         default=0.0,

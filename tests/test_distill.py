@@ -19,7 +19,8 @@ from clbench.data import Encoded, Example, Stage, TaskData, encode_examples, enc
 from clbench.errors import ClbenchError
 from clbench.expand import expand
 from clbench.method import methods
-from clbench.protocol import Session, adapt_and_evaluate, plan
+from clbench.protocol import adapt_and_evaluate, plan
+from clbench.session import Session
 from clbench.spec import RunSpec
 from clbench.taskspec import Budget, builtin_task_dir, load_tasks
 from clbench.train import train

@@ -24,7 +24,8 @@ from clbench.arith import char_tokenizer
 from clbench.errors import ClbenchError
 from clbench.method import methods
 from clbench.models import load_base
-from clbench.protocol import Session, run_one
+from clbench.protocol import run_one
+from clbench.session import Session
 from clbench.store import Store
 from clbench.taskspec import load_tasks
 

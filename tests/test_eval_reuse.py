@@ -11,7 +11,8 @@ from test_methods import FROZEN_BACKBONE, tiny_base, tiny_data, tiny_plan
 
 from clbench.data import Example
 from clbench.method import methods
-from clbench.protocol import Session, adapt_and_evaluate
+from clbench.protocol import adapt_and_evaluate
+from clbench.session import Session
 from clbench.taskspec import Budget
 
 TIMING = {

@@ -18,7 +18,8 @@ from clbench.data import Padded, encode_examples, encode_texts
 from clbench.errors import ClbenchError, DivergedError
 from clbench.expand import expand
 from clbench.method import methods
-from clbench.protocol import Session, adapt_and_evaluate
+from clbench.protocol import adapt_and_evaluate
+from clbench.session import Session
 from clbench.taskspec import Budget
 from clbench.train import train
 

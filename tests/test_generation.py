@@ -16,9 +16,10 @@ from clbench.data import Example, encode_examples, encode_texts
 from clbench.evaluate import score
 from clbench.expand import expand
 from clbench.method import methods
-from clbench.protocol import GENERATED_TOKENS, Session, adapt_and_evaluate, run_one
+from clbench.protocol import GENERATED_TOKENS, adapt_and_evaluate, run_one
 from clbench.report.format import esc
 from clbench.report.leaderboard import build
+from clbench.session import Session
 from clbench.store import Store
 from clbench.taskspec import Budget, load_tasks
 

@@ -17,7 +17,8 @@ from clbench.expand import expand
 from clbench.explain import load_new_rows
 from clbench.method import methods, register_method
 from clbench.models import Base, fingerprint
-from clbench.protocol import Plan, Session, adapt_and_evaluate, base_reading
+from clbench.protocol import Plan, adapt_and_evaluate, base_reading
+from clbench.session import Session
 from clbench.taskspec import Budget
 from clbench.train import train
 

@@ -20,7 +20,7 @@ from clbench.expand import expand
 from clbench.explain import describe_rows, explain
 from clbench.method import methods
 from clbench.metrics import token_nll
-from clbench.protocol import Session
+from clbench.session import Session
 from clbench.sparse import omp
 from clbench.store import Store
 from clbench.sweep import curve, sweep

@@ -11,8 +11,9 @@ from conftest import small_raw, write_task
 from clbench import metrics as M
 from clbench.errors import ClbenchError
 from clbench.method import methods
-from clbench.protocol import STAGE_METRICS, Session, run_one
+from clbench.protocol import run_one
 from clbench.report.summary import summary
+from clbench.session import Session
 from clbench.store import Store
 from clbench.taskspec import load_tasks
 
@@ -118,7 +119,7 @@ def test_directions_are_the_ones_before_the_registry():
 def test_every_built_in_metric_carries_its_computation():
     """Adding a built-in metric is its declaration with `score=` (clbench/metrics.py) plus its test: nothing in the
     protocol names it. The exceptions are families made elsewhere, each checked to be one."""
-    stage_families = {f"{kind}_{m}" for kind in ("avg", "bwt", "fwt", "forgetting") for m in STAGE_METRICS}
+    stage_families = {f"{kind}_{m}" for kind in ("avg", "bwt", "fwt", "forgetting") for m in M.transfer_metrics()}
     for name in M.METRICS.names():
         metric = M.METRICS.get(name)
         if metric.score is not None or metric.compute is not None:

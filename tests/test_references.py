@@ -14,7 +14,8 @@ from clbench.data import encode_examples
 from clbench.evaluate import score
 from clbench.expand import expand
 from clbench.method import methods
-from clbench.protocol import Session, run_one
+from clbench.protocol import run_one
+from clbench.session import Session
 from clbench.store import Store
 from clbench.taskspec import load_tasks
 

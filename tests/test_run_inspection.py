@@ -24,8 +24,9 @@ from clbench.cli import main
 from clbench.data import Padded, encode_examples
 from clbench.memory import PeakMemory
 from clbench.method import methods
-from clbench.protocol import Session, adapt_and_evaluate, run_one
+from clbench.protocol import adapt_and_evaluate, run_one
 from clbench.report import leaderboard
+from clbench.session import Session
 from clbench.store import Store
 from clbench.taskspec import Budget, load_task_file
 from clbench.train import epoch_batches, train, warmup_cosine

@@ -20,7 +20,8 @@ from clbench.evaluate import score
 from clbench.expand import expand
 from clbench.method import methods
 from clbench.models import Base, fingerprint
-from clbench.protocol import Session, adapt_and_evaluate, base_reading
+from clbench.protocol import adapt_and_evaluate, base_reading
+from clbench.session import Session
 from clbench.taskspec import Budget
 from clbench.train import train
 

@@ -12,7 +12,8 @@ from conftest import HIDDEN, run_row, tiny_llama
 from clbench.arith import char_tokenizer
 from clbench.errors import ClbenchError
 from clbench.method import methods
-from clbench.protocol import Session, run_one
+from clbench.protocol import run_one
+from clbench.session import Session
 from clbench.store import Store
 from clbench.taskspec import load_task_file
 from clbench.train import epoch_batches

@@ -11,7 +11,8 @@ from clbench import cl_metrics
 from clbench.arith import char_tokenizer
 from clbench.method import methods
 from clbench.models import Base, fingerprint
-from clbench.protocol import Session, run_one
+from clbench.protocol import run_one
+from clbench.session import Session
 from clbench.store import Store
 from clbench.taskspec import builtin_task_dir, load_task_file
 

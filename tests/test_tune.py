@@ -14,7 +14,8 @@ from tiny_setup import TASK
 from clbench.cli import main
 from clbench.errors import ClbenchError
 from clbench.lrsearch import choose, edge, edge_hint, extended, next_point
-from clbench.protocol import Session, validation_data
+from clbench.protocol import validation_data
+from clbench.session import Session
 from clbench.store import Store
 from clbench.taskspec import load_tasks
 
