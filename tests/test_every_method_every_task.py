@@ -11,17 +11,14 @@ old-vocabulary text and the old skill exactly as the base had them.
 import dataclasses
 
 import pytest
-import torch
 from test_methods import FROZEN_BACKBONE
-from transformers import LlamaConfig, LlamaForCausalLM
 
-from clbench.arith import char_tokenizer
 from clbench.errors import ClbenchError
 from clbench.method import methods
-from clbench.models import Base, fingerprint
 from clbench.protocol import Session, run_one
 from clbench.store import Store
 from clbench.taskspec import Task, load_tasks
+from clbench.testing import tiny_base
 
 # Per task, which of the metrics that only some tasks' data calls for its runs report (one of each kind; every
 # run reports the rest): exact-match accuracy, the old skill's, no-learning and oracle references (the latter where
@@ -47,26 +44,6 @@ def reported(task_name: str, adds_tokens: bool) -> set[str]:
     return (REPORTED[task_name] | {"target_loss_nolearn"}) - {"meaning_words_scored"}
 
 
-def tiny_tied_base() -> Base:
-    torch.manual_seed(0)
-    tokenizer = char_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    model = LlamaForCausalLM(config).eval()
-    return Base("tiny-tied", model, tokenizer, fingerprint(model))
-
-
 def read_by_characters(task: Task) -> Task:
     """The task with its explicit opt-in to unknown text: the tiny base's character tokenizer knows only the
     arithmetic characters, so the text tasks' words would be refused as <unk>."""
@@ -76,7 +53,8 @@ def read_by_characters(task: Task) -> Task:
 @pytest.fixture(scope="module")
 def session():
     session = Session(device="cpu")
-    session.bases["tiny-tied"] = tiny_tied_base()
+    # a context of 1024: the text tasks' examples, read by characters, are long
+    session.bases["tiny-tied"] = tiny_base(tied=True, name="tiny-tied", positions=1024)
     return session
 
 

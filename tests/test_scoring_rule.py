@@ -10,7 +10,6 @@ import random
 
 import pytest
 import torch
-from test_methods import tiny_base, tiny_plan
 
 from clbench import metrics as M
 from clbench.arith import char_tokenizer
@@ -22,6 +21,7 @@ from clbench.method import methods
 from clbench.models import Base, fingerprint
 from clbench.protocol import Session, adapt_and_evaluate, base_reading
 from clbench.taskspec import Budget
+from clbench.testing import tiny_base, tiny_plan
 from clbench.train import train
 
 TOKENIZER = char_tokenizer()
