@@ -164,3 +164,37 @@ def small_raw(name: str = "small") -> dict:
     raw["params"] = {**raw.get("params", {}), **{k: v for k, v in SMALL_PARAMS.items() if k in raw.get("params", {})}}
     raw.pop("profiles", None)
     return raw
+
+
+# ---------------------------------------------------------------- what a task's runs report
+
+# the metrics that only some tasks' data calls for, one of each kind (every run reports the rest): exact-match
+# accuracy, the old skill's, the no-learning and oracle references, stage × task summaries, learned rows read as words
+TASK_DEPENDENT = frozenset(
+    {
+        "target_acc",
+        "old_skill_acc",
+        "target_loss_nolearn",
+        "target_loss_oracle",
+        "avg_target_acc",
+        "meaning_words_scored",
+    }
+)
+
+
+def reported_metrics(data: TaskData, *, adds_tokens: bool) -> set[str]:
+    """The metrics of TASK_DEPENDENT a run reports on a task of `data`, read from what the data declares, so that a
+    new task brings its own expectation (tests/test_every_method_every_task.py). adds_tokens: the method's
+    (MethodSpec.adds_tokens); the control that adds no token reads every set with the base tokenizer."""
+    # per-token losses compare only where the target completions tokenize alike with and without the new tokens:
+    # no new token in a completion (xling's continuations are written with them), or no token added at all
+    alike = not adds_tokens or not any(t in e.completion for e in data.target_test for t in data.new_tokens)
+    declared = {
+        "target_acc": data.exact_match,  # a short answer matched whole; a free-text continuation never is
+        "old_skill_acc": bool(data.old_skill),
+        "target_loss_nolearn": alike,
+        "target_loss_oracle": bool(data.target_oracle),  # where the task knows what each new token stands for
+        "avg_target_acc": bool(data.stages),
+        "meaning_words_scored": bool(data.meaning) and adds_tokens,  # the control has no learned rows to read
+    }
+    return {name for name, reported in declared.items() if reported}
