@@ -255,7 +255,7 @@ def markdown_table() -> str:
 
 # ---------------------------------------------------------------- the declarations
 
-# scored after training (clbench/protocol.py collect_metrics)
+# scored after training, from the run's RunScores (scored() above)
 register_metric(
     "target_loss",
     higher_is_better=False,
@@ -469,7 +469,7 @@ register_metric(
     headline={"summary": 25, "leaderboard": 15},
     score=lambda r: accuracy(r.target.top1_old),
 )
-# evaluation noise (clbench/protocol.py evaluation_noise)
+# evaluation noise: bootstrap standard errors over the target examples (bootstrap_se below)
 NOISE = {  # evaluation noise of each of these, from per-example sums (forgetting: paired with the base)
     "target_loss": lambda r: bootstrap_se(r.target.example_nll_old, r.target.example_n_old),
     "forgetting_oldvocab": lambda r: bootstrap_se(
@@ -510,7 +510,7 @@ for _name, _paired, _score in (
         definition=f"evaluation noise of {_name}: bootstrap standard error over the target examples ({BOOTSTRAP_RESAMPLES} resamples, fixed seed), resampled together with the {_paired} on the same examples",
         score=_score,
     )
-# reference points, stored with every run (clbench/protocol.py references)
+# reference points, stored with every run (the base's scores: clbench/protocol.py base_references)
 register_metric(
     "target_loss_nolearn",
     higher_is_better=False,
@@ -603,7 +603,7 @@ register_metric(
         (r.target.new_nll_full / r.target.new_occurrences) if r.emits_new and r.target.new_occurrences else None
     ),
 )
-# greedy use of the new tokens (clbench/protocol.py generation_metrics), from the scoring pass's argmax
+# greedy use of the new tokens, from the scoring pass's argmax (clbench/evaluate.py counts them)
 register_metric(
     "new_token_recall",
     higher_is_better=True,
