@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field
 
 import torch
 
@@ -49,42 +49,85 @@ SIZED_SPLITS = {
 }
 
 
+def doc(text: str, default=MISSING, default_factory=MISSING):
+    """A field with its one-line description, which docs/adding-a-task.md's tables show (clbench.guide)."""
+    return field(default=default, default_factory=default_factory, metadata={"doc": text})
+
+
 @dataclass(frozen=True)
 class TaskData:
-    new_tokens: list[str]
-    train: list[Example]  # a pool; a run trains on its first n_train examples
-    target_test: list[Example]  # held out, written with the new tokens
-    old_text: list[str]  # old vocabulary only: forgetting is measured here
-    old_skill: list[Example] = field(default_factory=list)  # probe of a skill the base had
-    # old-vocabulary text disjoint from old_text, for methods that rehearse old data (replay, EWC);
+    new_tokens: list[str] = doc(
+        "the tokens to add, U; distinct, none already in the base vocabulary or read by its tokenizer as one known "
+        "token"
+    )
+    train: list[Example] = doc("non-empty: the training pool; a run trains on its first `n_train`")
+    target_test: list[Example] = doc(
+        "non-empty: held-out examples written with the new tokens: `target_loss`, `target_acc`, …"
+    )
+    old_text: list[str] = doc("non-empty: text in the old vocabulary only: forgetting is measured here")
+    old_skill: list[Example] = doc(
+        "a probe of a skill the base had; gives `old_skill_acc`, `old_skill_acc_base`, `old_skill_acc_delta` "
+        "(`_full`)",
+        default_factory=list,
+    )
     # never the evaluation text, or forgetting would be measured on what was rehearsed
-    replay_text: list[str] = field(default_factory=list)
-    # new tokens that are words: each matches only as a whole word and absorbs the whitespace
-    # before it (AddedToken single_word + lstrip), so " glorp" is one token and "glorpy" none
-    whole_word_tokens: bool = False
-    # ground truth, where known: what each new token stands for (e.g. a pseudo-word's dictionary)
-    meaning: dict[str, list[str]] = field(default_factory=dict)
-    # a sequential task: stages trained in order (new_tokens, train and target_test above are
-    # their concatenations); after each stage every stage's target set is evaluated
-    stages: list[Stage] = field(default_factory=list)
-    # held out like target_test, for choosing hyperparameters (`clbench tune`): disjoint from train,
-    # target_test, old_text and replay_text, so no choice is ever made on what is reported
-    validation: list[Example] = field(default_factory=list)
-    validation_old_text: list[str] = field(default_factory=list)
-    # where the task knows what a new token stands for: target_test with each new token replaced by
-    # its meaning (pseudowords: the word it replaced; arithmetic: `*`), one per target example, same
-    # completions. The base on these is the "as good as the word it stands for" reference.
-    target_oracle: list[Example] = field(default_factory=list)
-    # the same for the training pool (a plain task's; one per `train` example, same completions): what a
-    # distilling method's teacher reads (clbench/teacher.py). Not in the fingerprint, so that no task's data
-    # fingerprint or run id moved when it was added; a generator that changes it takes a new task version
-    train_oracle: list[Example] = field(default_factory=list)
-    # whether a completion is a short answer that can be matched whole (arithmetic's value); a free-text
-    # continuation never is (a 6-word continuation is 0 for every method): target_acc is then not reported
-    exact_match: bool = True
-    # the eos after each completion is where the text ends (arithmetic's answer), a thing to learn and score;
-    # otherwise it is the harness's, appended to a cut window, and not scored (Scoring, the module docstring)
-    eos_is_content: bool = False
+    replay_text: list[str] = doc(
+        "old-vocabulary text **disjoint from `old_text`**, for methods that rehearse old data: `replay` and `ewc` "
+        "need it and are refused without it",
+        default_factory=list,
+    )
+    # AddedToken single_word + lstrip
+    whole_word_tokens: bool = doc(
+        'new tokens are words: each matches only as a whole word and absorbs the space before it (`" glorp"` is '
+        'one token, `"glorpy"` none)',
+        default=False,
+    )
+    meaning: dict[str, list[str]] = doc(
+        "ground truth where known: what each new token stands for (e.g. a pseudo-word's dictionary); gives the "
+        "dictionary-recovery metrics (`meaning_recall_at_s`, …)",
+        default_factory=dict,
+    )
+    stages: list[Stage] = doc(
+        "a sequential task: stages trained in order; then `new_tokens`, `train` and `target_test` are their "
+        "concatenations, and after each stage every stage's target set is evaluated",
+        default_factory=list,
+    )
+    # disjoint from train, target_test, old_text and replay_text, so no choice is ever made on what is reported
+    validation: list[Example] = doc(
+        "held out like `target_test`, for choosing hyperparameters: `clbench tune` scores it in place of the "
+        'target set and stops on a task without it ("no validation split")',
+        default_factory=list,
+    )
+    validation_old_text: list[str] = doc(
+        "old-vocabulary text disjoint from `old_text` and `replay_text`: what `clbench tune` scores in place of "
+        "`old_text`; needed with `validation`",
+        default_factory=list,
+    )
+    target_oracle: list[Example] = doc(
+        "where the task knows what a new token stands for: `target_test` with each new token replaced by its "
+        "meaning (pseudowords: the word it replaced; arithmetic: `*`), one per target example, same completions; "
+        "the base on these is the oracle reference (`target_loss_oracle`, `gap_closed`)",
+        default_factory=list,
+    )
+    # not in the fingerprint, so that no task's data fingerprint or run id moved when it was added; a generator that
+    # changes it takes a new task version
+    train_oracle: list[Example] = doc(
+        "a plain task's training examples with each new token written as what it stands for there, one per `train` "
+        "example, same completions: what `distill`'s teacher reads (without it, a token's one word in `meaning`, or "
+        "where the task knows no meaning, its own sub-word pieces); not in the data fingerprint",
+        default_factory=list,
+    )
+    # a 6-word continuation is 0 for every method
+    exact_match: bool = doc(
+        "a completion is a short answer that can be matched whole (arithmetic's value); false for a free-text "
+        "continuation: `target_acc` is then not reported",
+        default=True,
+    )
+    # otherwise the eos is the harness's, appended to a cut window, and not scored (Scoring, the module docstring)
+    eos_is_content: bool = doc(
+        "the eos after each completion is where the text ends (arithmetic's answer), a thing to learn and score",
+        default=False,
+    )
 
     @property
     def scoring(self) -> Scoring:

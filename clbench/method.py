@@ -1,12 +1,13 @@
 """The method protocol and registry.
 
 A method is one file in baselines/ that defines a config dataclass (with `help` metadata on
-every field and at least `lr`) and a `setup` function, and registers them with one call:
+every field and at least `lr`) and a setup class, and registers them with one call:
 
-    register_method("et", ETConfig, setup, train_vocab="old", description="...", frozen_backbone=True, ...)
+    register_method("et", ETConfig, ET, train_vocab="old", description="...", frozen_backbone=True, ...)
 
-setup(model, expansion, config) gets the expanded model and returns an Adapter: the parameter
-groups to optimise and a `finalize()` that returns the model to evaluate. The training loop,
+The setup, called as ET(model, expansion, config) with the expanded model, is the Adapter: the parameter
+groups to optimise and a `finalize()` that returns the model to evaluate (a function returning an Adapter
+works too; its hooks are then checked at set-up, a class's at registration). The training loop,
 budgets and evaluation are the protocol's (clbench/protocol.py), identical for every method.
 What the protocol needs to know of a method beyond that, it reads from the registration's
 capability flags (MethodSpec), never from the adapter's attributes; each flag is checked

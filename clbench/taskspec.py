@@ -41,31 +41,56 @@ class Strict(BaseModel):
 
 
 class Budget(Strict):
-    n_train: PositiveInt = Field(description="training examples used (the first n of the generator's pool)")
+    n_train: PositiveInt = Field(
+        description="training examples used: the first `n_train` of the generator's `train` pool (`--n-train` "
+        "overrides)"
+    )
     steps: PositiveInt = Field(description="optimizer steps, the same for every method")
-    batch_size: PositiveInt
-    eval_batch_size: PositiveInt = 64
+    batch_size: PositiveInt = Field(description="training batch size")
+    eval_batch_size: PositiveInt = Field(64, description="scoring batch size")
 
 
 class Profile(Strict):
-    model: str | None = None
-    budget: dict[str, int] = Field(default_factory=dict, description="overrides of budget fields")
-    params: dict[str, Any] = Field(default_factory=dict, description="overrides of generator params")
+    model: str | None = Field(None, description="replaces the task's `model`")
+    budget: dict[str, int] = Field(
+        default_factory=dict, description="budget keys merged over the task's `budget`, then checked again"
+    )
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="merged over the task's `params`, top-level key by top-level key, then validated by `Params`",
+    )
     lr: dict[str, PositiveFloat] = Field(
         default_factory=dict, description="method → learning rate for this profile, chosen by `clbench tune`"
     )
 
 
 class TaskSpec(Strict):
-    name: str = Field(pattern=r"^[a-z][a-z0-9-]*$")
-    version: PositiveInt
-    description: str
-    generator: str = Field(pattern=r"^[\w./-]+\.py:\w+$", description="file.py:function, relative to the task file")
-    model: str = Field(description="default base model: builtin:NAME, a local path or a Hugging Face id")
-    init: str = "random"
-    budget: Budget
-    params: dict[str, Any] = Field(default_factory=dict)
-    profiles: dict[str, Profile] = Field(default_factory=dict)
+    name: str = Field(
+        pattern=r"^[a-z][a-z0-9-]*$",
+        description="the task's name; must equal the file name (`my-task.yaml`) and be unique across all task folders",
+    )
+    version: PositiveInt = Field(description="a published task changes by a new version, not an edit")
+    description: str = Field(description="one line, shown by `clbench ls tasks`")
+    generator: str = Field(
+        pattern=r"^[\w./-]+\.py:\w+$", description="the generator hook, `file.py:function`, relative to the task file"
+    )
+    model: str = Field(
+        description="default base model: `builtin:NAME` (`builtin:arith-llama`, `builtin:smollm2-135m`), a local "
+        "path or a Hugging Face id (`--model` overrides)"
+    )
+    init: str = Field(
+        "random",
+        description=f"how the new rows are initialised, one of {', '.join(f'`{i}`' for i in INIT_STRATEGIES)} "
+        "([protocol.md](protocol.md), step 3; `--init` overrides)",
+    )
+    budget: Budget = Field(description="the training budget, the same for every method (`Budget`, below)")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="the generator's parameters, validated by its `Params` model"
+    )
+    profiles: dict[str, Profile] = Field(
+        default_factory=dict,
+        description="named alternatives chosen with `--profile NAME`, e.g. `paper` (`Profile`, below)",
+    )
     lr: dict[str, PositiveFloat] = Field(
         default_factory=dict,
         description="method → learning rate on the default model and budget, chosen by `clbench tune` on validation data",

@@ -8,23 +8,17 @@ takes a fraction of a second) or touch ~/.cache.
 
 from __future__ import annotations
 
-import shutil
 from datetime import datetime
 from pathlib import Path
 
 import pytest
-import torch
-import yaml
-from transformers import LlamaConfig, LlamaForCausalLM
 
 import clbench.arith_llama
 from clbench.arith import char_tokenizer
-from clbench.taskspec import builtin_task_dir
+from clbench.testing import small_raw, tiny_llama, write_task_file
 
 # tiny_setup's fixtures (tiny_cli) for every test module, without an import each module must not use
 pytest_plugins = ["tiny_setup"]
-
-HIDDEN = 16
 
 
 @pytest.fixture(scope="session")
@@ -52,27 +46,6 @@ def _no_real_base(request, monkeypatch):
     monkeypatch.setattr(clbench.arith_llama, "load_or_build", refuse)
 
 
-def tiny_llama(tokenizer, *, tied: bool, hidden: int = HIDDEN, seed: int = 0) -> LlamaForCausalLM:
-    """A 1-layer, 2-head Llama over `tokenizer`'s vocabulary; the same weights for the same seed."""
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=32,
-        tie_word_embeddings=tied,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
-    return model.eval()
-
-
 @pytest.fixture
 def tiny():
     """tiny(tied=...) → (model, tokenizer): a fresh random tiny Llama and character tokenizer."""
@@ -98,37 +71,9 @@ def tiny_builtin(monkeypatch):
     return "builtin:tiny"
 
 
-SMALL_PARAMS = {"n_test": 20, "n_old_skill": 10, "n_old_text": 10, "n_replay": 10}
-
-
-def write_task(directory: Path, name: str = "small", *, raw: dict | None = None, text: str | None = None) -> Path:
-    """Write `name`.yaml (raw dict or literal text) with tasks/arithmetic.py beside it."""
-    directory.mkdir(parents=True, exist_ok=True)
-    shutil.copy(builtin_task_dir() / "arithmetic.py", directory / "arithmetic.py")
-    path = directory / f"{name}.yaml"
-    path.write_text(text if text is not None else yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
-    return path
-
-
-def arithmetic_raw() -> dict:
-    """tasks/arithmetic.yaml as a dict, read at test time (the task file may gain fields)."""
-    return yaml.safe_load((builtin_task_dir() / "arithmetic.yaml").read_text(encoding="utf-8"))
-
-
-def small_raw(name: str = "small") -> dict:
-    """The arithmetic task shrunk to seconds: 3 steps of 4 examples, 8 training examples, tiny eval sets."""
-    raw = arithmetic_raw()
-    raw["name"] = name
-    raw["budget"] = {"n_train": 8, "steps": 3, "batch_size": 4, "eval_batch_size": 16}
-    # shrink only the params the current generator knows about
-    raw["params"] = {**raw.get("params", {}), **{k: v for k, v in SMALL_PARAMS.items() if k in raw.get("params", {})}}
-    raw.pop("profiles", None)
-    return raw
-
-
 @pytest.fixture
 def small_task_file(tmp_path) -> Path:
-    return write_task(tmp_path / "tasks", raw=small_raw())
+    return write_task_file(tmp_path / "tasks", raw=small_raw())
 
 
 def run_row(

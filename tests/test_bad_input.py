@@ -17,7 +17,7 @@ import duckdb
 import pytest
 import torch
 from safetensors.torch import load_file
-from tiny_setup import TASK, cli_env, run_clbench, save_tiny_model, write_task
+from tiny_setup import cli_env, run_clbench
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 from transformers.utils import logging as transformers_logging
@@ -25,6 +25,7 @@ from transformers.utils import logging as transformers_logging
 from clbench.arith import char_tokenizer
 from clbench.cli import main
 from clbench.data import Example, TaskData, encode_examples, read_all, unknown_text
+from clbench.testing import TASK, save_tiny_model, write_tiny_task
 
 READ_ONLY_DIR = Path("/sys")  # refuses new files even to root (chmod does not): EACCES, or EROFS in containers
 
@@ -55,7 +56,7 @@ class Case:
     def task(self, name: str = TASK, **fields) -> Path:
         """A task folder holding tiny-arith with some fields changed; → the folder."""
         folder = self.root / f"tasks-{name}"
-        write_task(folder, self.tiny_cli.model, name=name, **fields)
+        write_tiny_task(folder, self.tiny_cli.model, name=name, **fields)
         return folder
 
     def generator_task(self, source: str, *, files: dict[str, bytes] | None = None, **fields) -> Path:
@@ -66,7 +67,7 @@ class Case:
         (folder / "custom.py").write_text(source)
         for name, content in (files or {}).items():
             (folder / name).write_bytes(content)
-        write_task(folder, self.tiny_cli.model, name="custom", generator="custom.py:build", **fields)
+        write_tiny_task(folder, self.tiny_cli.model, name="custom", generator="custom.py:build", **fields)
         return folder
 
     def file(self, name: str, content: bytes) -> Path:

@@ -9,10 +9,10 @@ import sys
 import pytest
 import torch
 from conftest import run_row
-from tiny_setup import write_task as write_tiny_task
 
 from clbench.cli import main
 from clbench.store import Store
+from clbench.testing import write_tiny_task
 
 
 @pytest.fixture

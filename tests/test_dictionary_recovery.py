@@ -8,7 +8,6 @@ import copy
 
 import pytest
 import torch
-from test_methods import tiny_base
 
 from clbench.arith import char_tokenizer
 from clbench.data import TaskData
@@ -21,6 +20,7 @@ from clbench.explain import (
     recovery_metrics,
     word_ids,
 )
+from clbench.testing import tiny_base
 
 # a, b, c, d; d = a + b
 DICTIONARY = torch.tensor([[1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0], [1.0, 1.0, 0]])

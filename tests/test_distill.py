@@ -11,7 +11,6 @@ import dataclasses
 import pytest
 import torch
 import torch.nn.functional as F
-from test_methods import tiny_base, tiny_plan
 
 from clbench import teacher
 from clbench.arith import char_tokenizer
@@ -23,6 +22,7 @@ from clbench.protocol import adapt_and_evaluate, plan
 from clbench.session import Session
 from clbench.spec import RunSpec
 from clbench.taskspec import Budget, builtin_task_dir, load_tasks
+from clbench.testing import tiny_base, tiny_plan
 from clbench.train import train
 
 LR = 1e-2

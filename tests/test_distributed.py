@@ -16,8 +16,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import tiny_llama
-from tiny_setup import TASK, cli_env, run_clbench, save_tiny_model
+from tiny_setup import cli_env, run_clbench
 
 import clbench
 from clbench.arith import char_tokenizer
@@ -28,8 +27,8 @@ from clbench.protocol import run_one
 from clbench.session import Session
 from clbench.store import Store
 from clbench.taskspec import load_tasks
+from clbench.testing import NOT_REPRODUCIBLE, TASK, save_tiny_model, tiny_llama
 
-NOT_REPRODUCIBLE = {"train_seconds", "tokens_per_second", "peak_mem_mb", "peak_rss_increase_mb"}
 # layer 0 on disk: accelerate swaps it in for each forward; embeddings and head stay where clbench writes them
 DISK_MAP = {
     "model.embed_tokens": "cpu",

@@ -7,13 +7,13 @@ import math
 
 import pytest
 import torch
-from conftest import tiny_llama
 from transformers import LlamaForCausalLM
 
 from clbench import metrics as M
 from clbench.arith import char_tokenizer
 from clbench.data import encode_texts
 from clbench.evaluate import Head, Reference, head_of, positions, score
+from clbench.testing import tiny_llama
 
 TEXTS = ["12+7=19", "3+4=7", "55+45=100", "8*9=72", "1+1=2", "606+1=607", "9+9=18"]
 
@@ -52,10 +52,10 @@ def test_unchanged_transitions_drift_exactly_zero_and_new_rows_cost_their_mass()
 
 
 def tiny() -> LlamaForCausalLM:
-    return tiny_llama(char_tokenizer(), tied=True).eval()
+    return tiny_llama(char_tokenizer(), tied=True)
 
 
-def expanded(base: LlamaForCausalLM, perturb: float) -> LlamaForCausalLM:
+def with_two_rows(base: LlamaForCausalLM, perturb: float) -> LlamaForCausalLM:
     """The base with two new rows; perturb > 0 also moves the backbone (what a full-weight method does)."""
     model = copy.deepcopy(base)
     model.resize_token_embeddings(base.config.vocab_size + 2, mean_resizing=False)
@@ -86,7 +86,7 @@ def independent_drift(base, adapted, encoded) -> tuple[float, float, float]:
 @pytest.mark.parametrize("perturb", [0.0, 0.3])
 def test_score_drift_against_the_models_own_logits(perturb):
     base, tokenizer = tiny(), char_tokenizer()
-    adapted = expanded(base, perturb)
+    adapted = with_two_rows(base, perturb)
     encoded = encode_texts(tokenizer, TEXTS, 32)
     pad, vocab = tokenizer.pad_token_id, len(tokenizer)
     reference = Reference(list(positions(base, encoded, pad_id=pad, batch_size=3)), head_of(base, vocab))
@@ -114,7 +114,7 @@ def test_a_frozen_backbone_reference_is_its_own_old_logits_with_the_same_scores(
     """score() skips the reference's head where it would give the adapted model's own old-softmax logits (the
     base's positions, equal old rows): every Scores field as when it computes them, and not when a row moved."""
     base, tokenizer = tiny(), char_tokenizer()
-    adapted, encoded = expanded(base, 0.0), encode_texts(tokenizer, TEXTS, 32)
+    adapted, encoded = with_two_rows(base, 0.0), encode_texts(tokenizer, TEXTS, 32)
     pad, vocab = tokenizer.pad_token_id, len(tokenizer)
     kept = list(positions(base, encoded, pad_id=pad, batch_size=3))
     reference, calls, call = Reference(kept, head_of(base, vocab)), [], Head.__call__

@@ -9,7 +9,6 @@ import copy
 
 import pytest
 import torch
-from conftest import HIDDEN
 
 from clbench.arith import char_tokenizer
 from clbench.data import Example, encode_examples, encode_texts
@@ -17,6 +16,7 @@ from clbench.errors import ClbenchError
 from clbench.evaluate import score
 from clbench.expand import expand
 from clbench.method import methods
+from clbench.testing import HIDDEN
 from clbench.train import train
 
 PAIRS = [(1, 2), (3, 4), (5, 6), (7, 8), (9, 9), (12, 3)]

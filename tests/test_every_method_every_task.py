@@ -4,68 +4,22 @@ The real bases make this hours of CPU; a tiny tied Llama over the character voca
 pair in seconds and still exercises what differs between tasks: stages, whole-word tokens,
 replay text, old-skill probes, byte counts. Each pair must finish (so with finite target and
 forgetting numbers: a non-finite one fails the run), report those of the task-dependent metrics
-its task's data calls for and no others, and a method declared frozen_backbone must leave
-old-vocabulary text and the old skill exactly as the base had them.
+its task's data calls for and no others (clbench.testing.reported_metrics reads them from the data: a new task
+file needs no edit here), and a method declared frozen_backbone must leave old-vocabulary text and the old skill
+exactly as the base had them.
 """
 
 import dataclasses
 
 import pytest
-import torch
-from test_methods import FROZEN_BACKBONE
-from transformers import LlamaConfig, LlamaForCausalLM
 
-from clbench.arith import char_tokenizer
 from clbench.errors import ClbenchError
 from clbench.method import methods
-from clbench.models import Base, fingerprint
 from clbench.protocol import run_one
 from clbench.session import Session
 from clbench.store import Store
 from clbench.taskspec import Task, load_tasks
-
-# Per task, which of the metrics that only some tasks' data calls for its runs report (one of each kind; every
-# run reports the rest): exact-match accuracy, the old skill's, no-learning and oracle references (the latter where
-# the task knows what each new token stands for in old words), stage × task summaries, learned rows read as words.
-REPORTED = {
-    "arithmetic": {"target_acc", "old_skill_acc", "target_loss_nolearn", "target_loss_oracle"},
-    "sequential": {"target_acc", "old_skill_acc", "target_loss_nolearn", "avg_target_acc", "meaning_words_scored"},
-    "pseudowords": {"target_loss_nolearn", "target_loss_oracle", "meaning_words_scored"},
-    # xling: no oracle; completions tokenize otherwise with the new tokens (no per-token no-learning loss); no old
-    # skill; no known meanings
-    "xling-es": set(),
-    "xling-de": set(),
-    "xling-ar": set(),
-}
-CALLED_FOR = set().union(*REPORTED.values())
-
-
-def reported(task_name: str, adds_tokens: bool) -> set[str]:
-    """The control that adds no token reads every set with the base tokenizer: its target tokenizes as learning
-    nothing reads it (a per-token no-learning loss everywhere), and it has no learned rows to read as words."""
-    if adds_tokens:
-        return REPORTED[task_name]
-    return (REPORTED[task_name] | {"target_loss_nolearn"}) - {"meaning_words_scored"}
-
-
-def tiny_tied_base() -> Base:
-    torch.manual_seed(0)
-    tokenizer = char_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    model = LlamaForCausalLM(config).eval()
-    return Base("tiny-tied", model, tokenizer, fingerprint(model))
+from clbench.testing import TASK_DEPENDENT, reported_metrics, tiny_base
 
 
 def read_by_characters(task: Task) -> Task:
@@ -77,7 +31,8 @@ def read_by_characters(task: Task) -> Task:
 @pytest.fixture(scope="module")
 def session():
     session = Session(device="cpu")
-    session.bases["tiny-tied"] = tiny_tied_base()
+    # a context of 1024: the text tasks' examples, read by characters, are long
+    session.bases["tiny-tied"] = tiny_base(tied=True, name="tiny-tied", positions=1024)
     return session
 
 
@@ -85,30 +40,32 @@ def session():
 @pytest.mark.parametrize("method_name", methods().names())
 def test_method_runs_on_task(task_name, method_name, session, tmp_path):
     task, method = read_by_characters(load_tasks().get(task_name)), methods().get(method_name)
+    # the task's data, as the run builds it (the session keeps it): what the task's runs must report follows from it
+    data = session.data(task, task.resolved()[2], session.base("tiny-tied"))
     run = lambda: run_one(
         task, method, seed=0, store=Store(tmp_path / "r.duckdb"), session=session, model="tiny-tied", n_train=4
     )
-    if not method.adds_tokens and task_name == "sequential":
-        with pytest.raises(ClbenchError, match="adds no token, and the stages of task 'sequential'"):
+    if not method.adds_tokens and data.stages:
+        with pytest.raises(ClbenchError, match=f"adds no token, and the stages of task '{task_name}'"):
             run()
         return
     outcome = run()
     assert outcome.status == "finished", outcome.reason
-    values = outcome.metrics
-    assert {name for name in CALLED_FOR if name in values} == reported(task_name, method.adds_tokens)
+    values, expected = outcome.metrics, reported_metrics(data, adds_tokens=method.adds_tokens)
+    assert {name for name in TASK_DEPENDENT if name in values} == expected
     if method.adds_tokens:  # old text holds old tokens only, and the full softmax gives the new ones some mass
         assert values["forgetting_full"] > values["forgetting_oldvocab"]
         assert values["drift_kl_full"] >= values["drift_kl_oldvocab"] >= 0.0
     else:  # no new token: the full softmax is the old one
         assert values["forgetting_full"] == values["forgetting_oldvocab"]
         assert values["drift_kl_full"] == values["drift_kl_oldvocab"] > 0.0
-    if method_name in FROZEN_BACKBONE:  # old text's hidden states are the base's: not pt, whose prompt precedes it
+    if method.frozen_backbone:  # old text's hidden states are the base's: not pt, whose prompt precedes it
         assert values["forgetting_oldvocab"] == 0.0
         # every old transition exactly as the base had it; only the new rows' share of the full softmax moves
         assert values["drift_kl_oldvocab"] == values["drift_top1_changed_oldvocab"] == 0.0
         assert values["drift_kl_oldvocab_se"] == 0.0 < values["drift_kl_full"]
         # the old skill, where the task probes one (addition), is exactly the base's; elsewhere there is no delta
         delta = values.get("old_skill_acc_delta")
-        assert delta == (0.0 if "old_skill_acc" in REPORTED[task_name] else None)
+        assert delta == (0.0 if "old_skill_acc" in expected else None)
     else:  # a trained backbone (or prompt) moves the old transitions
         assert values["drift_kl_oldvocab"] > 0.0 and values["drift_kl_oldvocab_se"] > 0.0

@@ -3,38 +3,30 @@
 python -m pytest -q tests/test_ewc.py
 """
 
-import copy
 import dataclasses
 import warnings
 
 import pytest
 import torch
 import torch.nn.functional as F
-from test_methods import tiny_base, tiny_data, tiny_plan
 from torch.func import functional_call, grad, vmap
 
 from clbench.baselines.ewc import diagonal_fisher
 from clbench.data import Padded, encode_examples, encode_texts
 from clbench.errors import ClbenchError, DivergedError
-from clbench.expand import expand
 from clbench.method import methods
 from clbench.protocol import adapt_and_evaluate
 from clbench.session import Session
 from clbench.taskspec import Budget
+from clbench.testing import expanded, tiny_base, tiny_data, tiny_plan
 from clbench.train import train
 
 REPLAY = ["2+2=4", "9*3=27", "33+9=42", "7*7=49", "1+1=2"]  # unequal lengths: padded batches
 
 
-def expanded(tied: bool):
-    base = tiny_base(tied)
-    model, tokenizer = copy.deepcopy(base.model), copy.deepcopy(base.tokenizer)
-    return model, tokenizer, expand(model, tokenizer, ["<spec>"], init="random", seed=0)
-
-
 @pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
 def test_fisher_is_the_mean_of_squared_per_text_gradients(tied):
-    model, tokenizer, expansion = expanded(tied)
+    model, tokenizer, expansion = expanded(tiny_base(tied))
     replay = encode_texts(tokenizer, REPLAY, 32)
     fisher = diagonal_fisher(model, replay, vocab_limit=expansion.old_vocab)
 
@@ -84,7 +76,7 @@ def vmap_fisher(model, examples, *, vocab_limit: int, batch_size: int) -> dict[s
 
 @pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
 def test_fisher_equals_the_batched_vmap_fisher_it_replaced(tied):
-    model, tokenizer, expansion = expanded(tied)
+    model, tokenizer, expansion = expanded(tiny_base(tied))
     # prompt/completion examples too: their prompt tokens are context, not scored
     replay = encode_texts(tokenizer, REPLAY, 32) + encode_examples(tokenizer, tiny_data().train[:3], 32)
     for p in model.parameters():
@@ -104,7 +96,7 @@ def test_fisher_equals_the_batched_vmap_fisher_it_replaced(tied):
 
 
 def ewc_adapter(tied: bool, lam: float):
-    model, tokenizer, expansion = expanded(tied)
+    model, tokenizer, expansion = expanded(tiny_base(tied))
     spec = methods().get("ewc")
     adapter = spec.setup(model, expansion, spec.config({"lam": lam}))
     train_set = encode_examples(tokenizer, tiny_data().train, 32)
@@ -148,7 +140,7 @@ def test_penalty_is_zero_at_the_old_weights_and_quadratic_around_them(tied):
 
 def test_train_adds_the_penalty_to_the_update_but_reports_the_task_loss():
     def run(penalty):
-        model, tokenizer, expansion = expanded(tied=False)
+        model, tokenizer, expansion = expanded(tiny_base(tied=False))
         params = list(model.parameters())
         examples = encode_examples(tokenizer, tiny_data().train, 32)
         result = train(
@@ -175,7 +167,7 @@ def test_train_adds_the_penalty_to_the_update_but_reports_the_task_loss():
 
 def test_the_penalty_is_backpropagated_after_the_task_gradient_is_complete():
     # so no penalty gradient waits in autograd's buffers for the task's gradient of its weight (a copy of the weights)
-    model, tokenizer, _ = expanded(tied=False)
+    model, tokenizer, _ = expanded(tiny_base(tied=False))
     params = list(model.parameters())
     seen = []
 

@@ -1,7 +1,6 @@
 """Sweeps through submitit's local executor: jobs are separate processes writing to one store."""
 
 import pytest
-from conftest import tiny_llama
 
 from clbench.arith import char_tokenizer
 from clbench.errors import ClbenchError
@@ -9,6 +8,7 @@ from clbench.executors import RunRequest, execute
 from clbench.spec import RunSpec
 from clbench.store import Store
 from clbench.taskspec import builtin_task_dir
+from clbench.testing import tiny_llama
 
 
 @pytest.fixture

@@ -3,18 +3,14 @@ free-running continuations per run stored beside its numbers and shown on the le
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 
 import torch
-from conftest import small_raw, write_task
 from leaderboard_db import EVIL, record
-from test_methods import tiny_base, tiny_data, tiny_plan
 
 from clbench import metrics as M
 from clbench.data import Example, encode_examples, encode_texts
 from clbench.evaluate import score
-from clbench.expand import expand
 from clbench.method import methods
 from clbench.protocol import GENERATED_TOKENS, adapt_and_evaluate, run_one
 from clbench.report.format import esc
@@ -22,6 +18,7 @@ from clbench.report.leaderboard import build
 from clbench.session import Session
 from clbench.store import Store
 from clbench.taskspec import Budget, load_tasks
+from clbench.testing import expanded, small_raw, tiny_base, tiny_data, tiny_plan, write_task_file
 
 NEW = range(10, 12)
 
@@ -35,16 +32,6 @@ def test_recall_asks_the_prediction_before_each_new_token_for_that_very_token():
     assert M.new_token_emissions(predicted, NEW) == 3  # 10 at positions 1, 3 and 4; 12 is no new token
     assert M.new_token_recall(torch.tensor([1, 2]), torch.tensor([3, 4]), NEW) == (0, 0)
     assert M.new_token_emissions(torch.tensor([1, 2, 12]), NEW) == 0
-
-
-def expanded(bias: float | None = None):
-    """The untied tiny base expanded by <spec>, its head given a bias lifting <spec>'s logit by `bias`."""
-    base = tiny_base(tied=False)
-    model, tokenizer = copy.deepcopy(base.model), copy.deepcopy(base.tokenizer)
-    expand(model, tokenizer, ["<spec>"], init="random", seed=0)
-    if bias is not None:
-        with_bias(model, bias)
-    return base, model, tokenizer
 
 
 @torch.no_grad()
@@ -76,7 +63,8 @@ def counts(model, tokenizer, old_vocab: int) -> tuple[int, int, int, int]:
 
 
 def test_score_counts_new_tokens_in_prompts_and_completions_as_whole_sequence_logits_do():
-    base, model, tokenizer = expanded()
+    base = tiny_base(tied=False)
+    model, tokenizer, _ = expanded(base)
     old = len(base.tokenizer)
     # a bias putting <spec> first at about half the positions: the counts are neither 0 nor everything
     encoded = encode_examples(tokenizer, EXAMPLES, 32)
@@ -93,7 +81,9 @@ def test_score_counts_new_tokens_in_prompts_and_completions_as_whole_sequence_lo
 
 
 def test_a_model_made_to_emit_the_new_token_recalls_and_misuses_it_everywhere():
-    base, model, tokenizer = expanded(bias=1e4)
+    base = tiny_base(tied=False)
+    model, tokenizer, _ = expanded(base)
+    with_bias(model, 1e4)
     old, pad = len(base.tokenizer), tokenizer.pad_token_id
     target = score(model, encode_examples(tokenizer, EXAMPLES, 32), old_vocab=old, pad_id=pad, batch_size=2)
     assert (target.new_occurrences, target.new_recalled) == (4, 4)
@@ -156,7 +146,7 @@ def false_use(base, data, model) -> float:
 
 
 def test_a_run_stores_its_generations_with_it_and_the_leaderboard_shows_them(tmp_path, tiny_builtin):
-    task = load_tasks([write_task(tmp_path / "tasks", raw=small_raw()).parent]).get("small")
+    task = load_tasks([write_task_file(tmp_path / "tasks", raw=small_raw()).parent]).get("small")
     store, adapted = Store(tmp_path / "r.duckdb"), {}
     outcome = run_one(
         task,

@@ -120,6 +120,13 @@ def test_no_import_cycle_in_the_package():
     assert [" → ".join(path) for path in cycles(graph)] == []
 
 
+def test_no_module_of_the_library_imports_the_test_kit():
+    # clbench.testing builds tiny models and task files for tests: nothing in a run may depend on it
+    graph = import_graph(ROOTS)
+    assert "clbench.testing" in graph
+    assert sorted(module for module, imports in graph.items() if "clbench.testing" in imports) == []
+
+
 def test_no_function_in_the_package_is_long():
     assert {REPO / "clbench" / "protocol.py", REPO / "clbench" / "report" / "page.py"} <= set(PACKAGE)
     assert long_functions(PACKAGE) == []

@@ -10,7 +10,6 @@ import math
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from clbench.arith import char_tokenizer
 from clbench.data import TRAINING, TaskData, encode_texts, scored
@@ -18,24 +17,12 @@ from clbench.evaluate import score
 from clbench.expand import expand
 from clbench.lmeval import Checker
 from clbench.tasks.arithmetic import Params, build
+from clbench.testing import tiny_llama
 
 
 def tiny_model(tokenizer, tied=False, seed=0):
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=tied,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    return LlamaForCausalLM(config).eval()
+    """clbench.testing's tiny Llama, twice as wide (32) with a context of 64."""
+    return tiny_llama(tokenizer, tied=tied, hidden=32, positions=64, seed=seed)
 
 
 @pytest.fixture(scope="module")

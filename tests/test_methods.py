@@ -8,61 +8,20 @@ import dataclasses
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
-from clbench.arith import char_tokenizer
-from clbench.data import Example, TaskData, encode_examples, encode_texts
+from clbench.data import encode_examples, encode_texts
 from clbench.errors import ClbenchError
 from clbench.expand import expand
 from clbench.explain import load_new_rows
 from clbench.method import methods, register_method
-from clbench.models import Base, fingerprint
-from clbench.protocol import Plan, adapt_and_evaluate, base_reading
+from clbench.protocol import adapt_and_evaluate, base_reading
 from clbench.session import Session
 from clbench.taskspec import Budget
+from clbench.testing import HIDDEN, expanded, tiny_base, tiny_data, tiny_plan
 from clbench.train import train
 
-D, MLP, LAYERS = 16, 32, 1
+D, MLP, LAYERS = HIDDEN, 2 * HIDDEN, 1  # clbench.testing.tiny_llama's shape
 FROZEN_BACKBONE = {name for name in methods() if methods().get(name).frozen_backbone}  # old weights bit-identical
-
-
-def tiny_base(tied: bool) -> Base:
-    torch.manual_seed(0)
-    tokenizer = char_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=D,
-        intermediate_size=MLP,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=32,
-        tie_word_embeddings=tied,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    model = LlamaForCausalLM(config).eval()
-    return Base("tiny", model, tokenizer, fingerprint(model))
-
-
-def tiny_data() -> TaskData:
-    mul = lambda a, b, group=None: Example(f"{a}<spec>{b}=", str(a * b), group)
-    return TaskData(
-        new_tokens=["<spec>"],
-        train=[mul(a, b) for a, b in [(3, 4), (7, 2), (12, 5), (9, 9), (40, 3), (6, 6)]],
-        target_test=[mul(2, 3, "seen"), mul(8, 7, "unseen"), mul(11, 4, "seen")],
-        old_text=["1+2=3", "4*5=20", "33+9=42"],
-        old_skill=[Example("5+6=", "11"), Example("20+22=", "42")],
-        replay_text=["2+2=4", "9*3=27"],
-        eos_is_content=True,  # as tasks/arithmetic.py: an equation ends after its answer
-    )
-
-
-def tiny_plan(base: Base, data: TaskData, method_config, budget: Budget) -> Plan:
-    """A Plan as plan() would make it for a task of `data` (init random, seed 0); spec, task, method, run_id and
-    config are unread by adapt_and_evaluate."""
-    return Plan(None, None, None, "tiny", {}, method_config, base, data, budget, init="random", seed=0)
 
 
 def expected_trainable(name: str, tied: bool, old_vocab: int, n_new: int) -> int:
@@ -219,8 +178,7 @@ def test_an_adapter_is_held_to_its_declarations_when_set_up():
 
 def test_lora_merge_keeps_the_trained_rows():
     base, data = tiny_base(tied=False), tiny_data()
-    model, tokenizer = copy.deepcopy(base.model), copy.deepcopy(base.tokenizer)
-    expansion = expand(model, tokenizer, data.new_tokens, init="random", seed=0)
+    model, tokenizer, expansion = expanded(base, data.new_tokens)
     initial = model.get_input_embeddings().weight[expansion.old_vocab].detach().clone()
     spec = methods().get("lora")
     adapter = spec.setup(model, expansion, spec.config({"lr": "0.05"}))

@@ -6,11 +6,9 @@ sweep resumability and the explain read-out.
 
 import copy
 import math
-from pathlib import Path
 
 import pytest
 import torch
-from test_methods import tiny_base
 
 from clbench.cli import main
 from clbench.data import Example, collate, encode_examples
@@ -24,9 +22,8 @@ from clbench.session import Session
 from clbench.sparse import omp
 from clbench.store import Store
 from clbench.sweep import curve, sweep
-from clbench.taskspec import load_tasks
-
-ARITHMETIC_GENERATOR = Path(__file__).resolve().parent.parent / "tasks" / "arithmetic.py"
+from clbench.taskspec import load_task_file
+from clbench.testing import tiny_base, write_tiny_task
 
 
 def test_omp_finds_the_sparse_combination_and_its_residual():
@@ -105,13 +102,9 @@ def unhooked_decoder(model):
 
 
 def tiny_task(tmp_path):
-    (tmp_path / "tiny-arith.yaml").write_text(
-        "name: tiny-arith\nversion: 1\ndescription: arithmetic, tiny budget\n"
-        f"generator: {ARITHMETIC_GENERATOR}:build\nmodel: tiny\n"
-        "budget: {n_train: 20, steps: 3, batch_size: 4, eval_batch_size: 64}\n"
-        "params: {n_test: 12, n_old_skill: 8, n_old_text: 8, n_replay: 8}\n"
-    )
-    return load_tasks([tmp_path]).get("tiny-arith")
+    tiny = {"n_train": 20, "steps": 3, "batch_size": 4, "eval_batch_size": 64}
+    params = {"n_test": 12, "n_old_skill": 8, "n_old_text": 8, "n_replay": 8}
+    return load_task_file(write_tiny_task(tmp_path, "tiny", budget=tiny, params=params))
 
 
 def test_sweep_resumes_and_explain_reads_a_stored_run(tmp_path, monkeypatch):

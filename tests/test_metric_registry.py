@@ -6,7 +6,6 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import small_raw, write_task
 
 from clbench import metrics as M
 from clbench.errors import ClbenchError
@@ -16,6 +15,7 @@ from clbench.report.summary import summary
 from clbench.session import Session
 from clbench.store import Store
 from clbench.taskspec import load_tasks
+from clbench.testing import MEMORY, NOT_REPRODUCIBLE, small_raw, write_task_file
 
 # the lists cli.py (SUMMARY_METRICS), leaderboard.py (ORDER) and sweep.py (CURVE_METRICS) held before the registry
 SUMMARY_BEFORE = [
@@ -161,6 +161,11 @@ def test_an_unknown_headline_view_is_an_error(scratch_registry):
         M.headline("board")
 
 
+def test_the_metrics_tests_leave_out_as_measured_are_declared():
+    # clbench.testing.NOT_REPRODUCIBLE names metrics a renamed declaration would silently stop leaving out
+    assert set(M.METRICS) >= NOT_REPRODUCIBLE >= MEMORY
+
+
 def test_docs_hold_the_registrys_table():
     docs = (Path(__file__).parent.parent / "docs" / "metrics.md").read_text(encoding="utf-8")
     assert M.markdown_table() in docs
@@ -184,7 +189,7 @@ register_metric(
 
 def gap_task_dir(directory: Path) -> Path:
     """The small arithmetic task, its generator (a copy of tasks/arithmetic.py) declaring target_acc_gap."""
-    write_task(directory, "gap", raw=small_raw("gap"))
+    write_task_file(directory, "gap", raw=small_raw("gap"))
     with (directory / "arithmetic.py").open("a", encoding="utf-8") as generator:
         generator.write(GAP)
     return directory

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from tiny_setup import TASK
 
 from clbench.cli import main
 from clbench.store import Store
+from clbench.testing import TASK
 
 
 @pytest.fixture

@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 from conftest import run_row
-from test_reliability import NOT_REPRODUCIBLE, dead_pid
+from test_reliability import dead_pid
 from tiny_setup import clbench_process, cli_env, run_clbench
 
 from clbench.errors import ClbenchError
 from clbench.owner import Owner, start_token
 from clbench.records import TMP_STALE_SECONDS, RecordStore, merge, open_store
 from clbench.store import Store, now
+from clbench.testing import NOT_REPRODUCIBLE
 
 PUBLISHED = Path(__file__).parent.parent / "leaderboard" / "pseudowords-cpu" / "results.duckdb"
 SHIM = r"""

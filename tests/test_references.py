@@ -7,7 +7,6 @@ import math
 
 import pytest
 import torch
-from tiny_setup import TASK
 
 from clbench import metrics as M
 from clbench.data import encode_examples
@@ -18,6 +17,7 @@ from clbench.protocol import run_one
 from clbench.session import Session
 from clbench.store import Store
 from clbench.taskspec import load_tasks
+from clbench.testing import TASK
 
 
 def test_gap_closed_is_the_share_of_the_gap_between_learning_nothing_and_the_oracle():

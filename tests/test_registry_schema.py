@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import arithmetic_raw, write_task
 
 from clbench.arith import MUL_PAIRS, char_tokenizer, mul_pairs_seen
 from clbench.errors import ClbenchError
 from clbench.registry import Registry
 from clbench.taskspec import builtin_task_dir, load_task_file, load_tasks, merge, task_files
+from clbench.testing import arithmetic_raw, write_task_file
 
 # ---------------------------------------------------------------- Registry
 
@@ -84,7 +84,7 @@ def test_resolve_errors(registry, spec, message):
 
 
 def _load(tmp_path: Path, raw: dict, name: str = "arithmetic"):
-    return load_task_file(write_task(tmp_path, name, raw=raw))
+    return load_task_file(write_task_file(tmp_path, name, raw=raw))
 
 
 def test_copy_of_arithmetic_loads(tmp_path):
@@ -152,13 +152,13 @@ def test_missing_required_field(tmp_path):
 
 
 def test_malformed_yaml(tmp_path):
-    path = write_task(tmp_path, "arithmetic", text="name: arithmetic\nbudget: [unclosed\n")
+    path = write_task_file(tmp_path, "arithmetic", text="name: arithmetic\nbudget: [unclosed\n")
     with pytest.raises(ClbenchError, match=r"is not valid YAML \(line 3\)$"):
         load_task_file(path)
 
 
 def test_yaml_that_is_not_a_mapping(tmp_path):
-    path = write_task(tmp_path, "arithmetic", text="- a\n- b\n")
+    path = write_task_file(tmp_path, "arithmetic", text="- a\n- b\n")
     with pytest.raises(ClbenchError, match=r"must hold a mapping of fields$"):
         load_task_file(path)
 
@@ -223,7 +223,7 @@ def test_missing_generator_file(tmp_path):
 
 
 def test_extra_task_dir_duplicating_a_builtin_is_an_error(tmp_path):
-    write_task(tmp_path, "arithmetic", raw=arithmetic_raw())
+    write_task_file(tmp_path, "arithmetic", raw=arithmetic_raw())
     with pytest.raises(ClbenchError, match=r"^duplicate task name 'arithmetic'$"):
         load_tasks([tmp_path])
 
@@ -256,7 +256,7 @@ def _fragment_and_child(tmp_path: Path) -> Path:
     base = arithmetic_raw()
     del base["name"]
     base["profiles"] = {"big": {"model": "builtin:other", "budget": {"steps": 50, "n_train": 100}}}
-    write_task(tmp_path, "_base", raw=base)
+    write_task_file(tmp_path, "_base", raw=base)
     child = {
         "include": "_base.yaml",
         "name": "small",

@@ -24,13 +24,12 @@ from clbench.data import Encoded
 from clbench.errors import ClbenchError, DivergedError
 from clbench.owner import Owner, start_token
 from clbench.store import Store, now
+from clbench.testing import MEMORY, NOT_REPRODUCIBLE
 from clbench.train import train
 
 SWEEP = ["--method", "et,fft", "--seeds", "0,1"]  # 4 runs of 6 steps each, in this order: et/0, et/1, fft/0, fft/1
 # Wall-clock time and the process's memory high-water mark measure the machine and its load, not the
 # computation; every other metric must repeat exactly.
-MEMORY = {"peak_mem_mb", "peak_rss_increase_mb"}  # a run reports one: CUDA's peak, or on CPU its sampled increase
-NOT_REPRODUCIBLE = {"train_seconds", "tokens_per_second"} | MEMORY
 
 
 def metrics_of(db) -> dict[str, dict[str, float]]:

@@ -17,7 +17,6 @@ import types
 import pytest
 import torch
 import torch.nn.functional as F
-from test_methods import tiny_base, tiny_data, tiny_plan
 
 from clbench.arith import char_tokenizer
 from clbench.cli import main
@@ -29,6 +28,7 @@ from clbench.report import leaderboard
 from clbench.session import Session
 from clbench.store import Store
 from clbench.taskspec import Budget, load_task_file
+from clbench.testing import tiny_base, tiny_data, tiny_plan
 from clbench.train import epoch_batches, train, warmup_cosine
 
 BUDGET = Budget(n_train=6, steps=3, batch_size=4, eval_batch_size=8)

@@ -8,7 +8,6 @@ import math
 
 import pandas as pd
 import pytest
-from tiny_setup import TASK
 
 from clbench.cli import main
 from clbench.store import Store
@@ -23,6 +22,7 @@ from clbench.sweep import (
     n_star_table,
     through_origin,
 )
+from clbench.testing import TASK
 
 
 def test_n_star_is_the_smallest_n_from_which_the_curve_stays_at_the_fraction():

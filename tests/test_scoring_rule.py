@@ -10,7 +10,6 @@ import random
 
 import pytest
 import torch
-from test_methods import tiny_base, tiny_plan
 
 from clbench import metrics as M
 from clbench.arith import char_tokenizer
@@ -23,6 +22,7 @@ from clbench.models import Base, fingerprint
 from clbench.protocol import adapt_and_evaluate, base_reading
 from clbench.session import Session
 from clbench.taskspec import Budget
+from clbench.testing import tiny_base, tiny_plan
 from clbench.train import train
 
 TOKENIZER = char_tokenizer()

@@ -7,7 +7,7 @@ import os
 
 import pytest
 import torch
-from conftest import HIDDEN, run_row, tiny_llama
+from conftest import run_row
 
 from clbench.arith import char_tokenizer
 from clbench.errors import ClbenchError
@@ -16,6 +16,7 @@ from clbench.protocol import run_one
 from clbench.session import Session
 from clbench.store import Store
 from clbench.taskspec import load_task_file
+from clbench.testing import HIDDEN, NOT_REPRODUCIBLE, tiny_llama
 from clbench.train import epoch_batches
 
 
@@ -101,8 +102,6 @@ def test_directory_or_missing_folder_is_an_error(tmp_path):
 
 # ---------------------------------------------------------------- the protocol end to end
 
-TIMING = {"train_seconds", "tokens_per_second", "peak_mem_mb", "peak_rss_increase_mb"}
-
 
 def _run(task_file, method: str, store: Store, session: Session | None = None, model: str = "builtin:tiny", **kwargs):
     return run_one(
@@ -163,7 +162,7 @@ def test_runs_are_deterministic(tmp_path, tiny_builtin, small_task_file):
     second = _run(small_task_file, "et", Store(tmp_path / "b.duckdb"), Session())
     assert first.status == second.status == "finished"
     assert first.run_id == second.run_id
-    strip = lambda values: {k: v for k, v in values.items() if k not in TIMING}
+    strip = lambda values: {k: v for k, v in values.items() if k not in NOT_REPRODUCIBLE}
     assert strip(first.metrics) == strip(second.metrics)
     assert set(first.metrics) == set(second.metrics)
 

@@ -3,18 +3,15 @@ matrix is stored with the run, and ET's structure shows in it exactly (frozen ba
 training only its own rows: no transfer in either direction, no forgetting)."""
 
 import pytest
-import torch
 import yaml
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from clbench import cl_metrics
-from clbench.arith import char_tokenizer
 from clbench.method import methods
-from clbench.models import Base, fingerprint
 from clbench.protocol import run_one
 from clbench.session import Session
 from clbench.store import Store
 from clbench.taskspec import builtin_task_dir, load_task_file
+from clbench.testing import tiny_base
 
 STAGES = ["spec", "plus", "times"]
 
@@ -25,24 +22,8 @@ def _isolated_cache(tmp_path, monkeypatch):
 
 
 def tiny_session() -> Session:
-    tokenizer = char_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=32,
-        tie_word_embeddings=False,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).eval()
     session = Session()
-    session.bases["builtin:arith-llama"] = Base("builtin:arith-llama", model, tokenizer, fingerprint(model))
+    session.bases["builtin:arith-llama"] = tiny_base(tied=False, name="builtin:arith-llama")
     return session
 
 

@@ -9,13 +9,14 @@ import importlib.util
 import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from clbench import corpora, hub
 from clbench.arith import char_tokenizer
 from clbench.errors import ClbenchError
 from clbench.expand import expand
 from clbench.taskspec import builtin_task_dir
+from clbench.testing import tiny_llama
 
 
 @pytest.fixture(autouse=True)
@@ -39,18 +40,8 @@ def byte_bpe(texts: list[str], vocab_size: int = 400) -> PreTrainedTokenizerFast
 
 
 def tiny_model(tokenizer) -> LlamaForCausalLM:
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(0)
-    return LlamaForCausalLM(config)
+    """clbench.testing's tiny Llama over a BPE of this file (tied, 256 positions, the config's own special ids)."""
+    return tiny_llama(tokenizer, tied=True, positions=256, special_ids=False)
 
 
 def generator(name: str):

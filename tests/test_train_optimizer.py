@@ -7,10 +7,10 @@ import copy
 
 import pytest
 import torch
-from test_methods import tiny_base, tiny_data
 
 import clbench.train
 from clbench.data import encode_examples
+from clbench.testing import tiny_base, tiny_data
 from clbench.train import adamw, train
 
 

@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from tiny_setup import TASK
 
 from clbench.cli import main
 from clbench.errors import ClbenchError
@@ -18,6 +17,7 @@ from clbench.protocol import validation_data
 from clbench.session import Session
 from clbench.store import Store
 from clbench.taskspec import load_tasks
+from clbench.testing import TASK, write_tiny_task
 
 GRID = "0.001,0.03"
 
@@ -145,10 +145,8 @@ def test_tune_stores_its_search_and_choice_and_run_tuned_takes_it(tiny_cli, tmp_
 
 
 def test_a_task_file_ships_lrs_per_profile(tiny_cli, tmp_path, capsys, monkeypatch):
-    from tiny_setup import write_task
-
     monkeypatch.setenv("CLBENCH_CACHE", str(tmp_path / "cache"))
-    write_task(tmp_path / "tasks", tiny_cli.model, lr={"et": 0.0123})
+    write_tiny_task(tmp_path / "tasks", tiny_cli.model, lr={"et": 0.0123})
     db = tmp_path / "r.duckdb"
     assert main(["run", "--task", TASK, "--task-dir", str(tmp_path / "tasks"), "--db", str(db), "--method", "et"]) == 0
     capsys.readouterr()

@@ -1,61 +1,21 @@
 """A tiny local model and task, so tests can run real `clbench` commands — in subprocesses too — in seconds.
 
-The model is a local directory (a 1-layer random Llama over clbench's character tokenizer, saved with
-save_pretrained), so a subprocess finds it through `--model`/the task file with no hook; the task is
-tasks/arithmetic.py's generator under a tiny budget, written to a task folder.
+The model is a local directory (clbench.testing.save_tiny_model: a 1-layer random Llama over clbench's character
+tokenizer), so a subprocess finds it through `--model`/the task file with no hook; the task is
+clbench.testing.write_tiny_task's (tasks/arithmetic.py's generator under a tiny budget), written to a task folder.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
-from conftest import tiny_llama
 
-from clbench.arith import char_tokenizer
-from clbench.taskspec import builtin_task_dir
-
-TASK = "tiny-arith"
-BUDGET = {"n_train": 16, "steps": 6, "batch_size": 4, "eval_batch_size": 64}
-PARAMS = {"n_test": 20, "n_old_skill": 20, "n_old_text": 20, "n_replay": 10}
-
-
-def save_tiny_model(path: Path, *, tokenizer=None) -> Path:
-    """conftest's tiny Llama (context 32), saved as a local model folder a subprocess can load."""
-    tokenizer = tokenizer or char_tokenizer()
-    tiny_llama(tokenizer, tied=False).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
-def write_task(
-    task_dir: Path, model: Path, *, name: str = TASK, budget: dict | None = None, params: dict | None = None, **fields
-) -> Path:
-    """tasks/arithmetic.py's generator under the tiny budget; keyword fields override the file's top level
-    (with another `generator`, `params` are that generator's alone)."""
-    task_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copy(builtin_task_dir() / "arithmetic.py", task_dir / "arithmetic.py")
-    arithmetic = "generator" not in fields
-    spec = {
-        "name": name,
-        "version": 1,
-        "description": "arithmetic under a tiny budget, for tests",
-        "generator": "arithmetic.py:build",
-        "model": str(model),
-        "init": "random",
-        "budget": {**BUDGET, **(budget or {})},
-        "params": {**(PARAMS if arithmetic else {}), **(params or {})},
-        **fields,
-    }
-    path = task_dir / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
+from clbench.testing import TASK, save_tiny_model, write_tiny_task
 
 
 def cli_env(cache: Path, **extra: str) -> dict[str, str]:
@@ -95,5 +55,5 @@ def tiny_cli(tmp_path_factory) -> Tiny:
     """The tiny model and the tiny-arith task, built once per test session (conftest.py makes it a fixture)."""
     root = tmp_path_factory.mktemp("tiny")
     model = save_tiny_model(root / "model")
-    write_task(root / "tasks", model)
+    write_tiny_task(root / "tasks", model)
     return Tiny(model, root / "tasks")
