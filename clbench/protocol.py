@@ -570,6 +570,8 @@ def attempt(planned: Plan, claim: Claim, store: ResultStore, session: Session, *
     # the code this process runs is the checkout's as it is now: read at the end, a checkout moved meanwhile
     # would label the run with code it did not run
     commit = git_commit()
+    # read before the run: a base placed with device_map is handed to the run and reloaded on its next use
+    where = versions() | hardware(planned.base.model, planned.budget.batch_size)
     main = distributed.is_main()
     try:
         with (
@@ -591,10 +593,11 @@ def attempt(planned: Plan, claim: Claim, store: ResultStore, session: Session, *
     except DivergedError as error:
         evaluated, status, reason = Evaluated({}, []), "failed", str(error)
         log(f"  failed: {reason}")
-    return RunRecord(run_row(planned, status, reason, commit=commit, started=started), claim.attempt, evaluated)
+    row = run_row(planned, status, reason, commit=commit, started=started, versions=where)
+    return RunRecord(row, claim.attempt, evaluated)
 
 
-def run_row(planned: Plan, status: str, reason: str | None, *, commit: str | None, started) -> dict:
+def run_row(planned: Plan, status: str, reason: str | None, *, commit: str | None, started, versions: dict) -> dict:
     """The self-describing part of a run's record: what ran, on what, with which code, when, and how it ended."""
     return {
         "run_id": planned.run_id,
@@ -608,7 +611,7 @@ def run_row(planned: Plan, status: str, reason: str | None, *, commit: str | Non
         "config": planned.config,
         "model_fingerprint": planned.base.fingerprint,
         "data_fingerprint": planned.config["data_fingerprint"],
-        "versions": versions() | hardware(planned.base.model, planned.budget.batch_size),
+        "versions": versions,
         "git_commit": commit,
         "started_at": started,
         "finished_at": now(),
