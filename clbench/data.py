@@ -8,6 +8,13 @@ is scored when its target is text the task is about. Two positions of a window a
 knowledge, and are not scored: the first token predicted from bos alone (an empty prompt: what a window starts
 with), and an eos the harness appended to a cut passage. A task whose completions end where the text ends
 declares `eos_is_content` (arithmetic: the answer's end, so "12" never scores as "123").
+
+Old text is cut from running text, and a passage's first words, read after bos alone, are the window's start as much
+as its first token is: a fine-tune with nothing new to learn moves them by nats (docs/evidence.md, the format-only
+control). So old text is read as running text, as a rolling log-likelihood reads a document: each passage is scored
+whole after the passage before it and the task's `old_text_break` (unscored context); every token of it is scored
+and no eos is appended. A task whose base learned each passage as a sequence of its own (arithmetic's equations)
+declares no break, and its passages are read alone after bos.
 """
 
 from __future__ import annotations
@@ -129,9 +136,18 @@ class TaskData:
         default=False,
     )
 
+    # not in the fingerprint, so that the tasks without a break kept their run ids when it came; a generator that
+    # changes it takes a new task version (as the text tasks' version 3 did)
+    old_text_break: str | None = doc(
+        "old text is running text: each passage is scored after the passage before it (the last, for the first) "
+        "and this break, unscored context, so no passage starts a window; null: each passage alone after bos, "
+        "its first token context (arithmetic's equations, each a sequence of its own to the base)",
+        default="\n\n",
+    )
+
     @property
     def scoring(self) -> Scoring:
-        return scored(self.eos_is_content)
+        return scored(self.eos_is_content, self.old_text_break)
 
     def check(self, task: str) -> None:
         """What a generator must guarantee about its splits; a violation is the generator's bug."""
@@ -163,7 +179,7 @@ class TaskData:
         return f"the data holds fewer than asked: {', '.join(short)}" if short else ""
 
     def fingerprint(self) -> str:
-        fields = {k: v for k, v in asdict(self).items() if k != "train_oracle"}
+        fields = {k: v for k, v in asdict(self).items() if k not in ("train_oracle", "old_text_break")}
         blob = json.dumps(fields, sort_keys=True, ensure_ascii=False).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -183,15 +199,18 @@ class Scoring:
 
     from_bos: bool  # the first token predicted from bos alone (a window with an empty prompt)
     eos: bool  # the eos appended after the completion
+    # plain texts (encode_texts) are running text: each read after the one before it and this break (None: alone)
+    running: str | None = None
 
 
 TRAINING = Scoring(from_bos=True, eos=True)
 
 
-def scored(eos_is_content: bool) -> Scoring:
+def scored(eos_is_content: bool, old_text_break: str | None = None) -> Scoring:
     """The scoring rule for a task: a first token from bos alone is never scored, an appended eos only where the
-    task declares it content (tasks' `eos_is_content`)."""
-    return Scoring(from_bos=False, eos=eos_is_content)
+    task declares it content (tasks' `eos_is_content`); plain text read as running text where the task declares
+    its break (`old_text_break`)."""
+    return Scoring(from_bos=False, eos=eos_is_content, running=old_text_break)
 
 
 def encode(tokenizer, prompt: str, completion: str, max_length: int, scoring: Scoring = TRAINING) -> Encoded:
@@ -232,7 +251,23 @@ def encode_examples(tokenizer, examples: list[Example], max_length: int, scoring
 
 
 def encode_texts(tokenizer, texts: list[str], max_length: int, scoring: Scoring = TRAINING) -> list[Encoded]:
-    return [encode(tokenizer, "", t, max_length, scoring) for t in texts]
+    if scoring.running is None or len(texts) < 2:
+        return [encode(tokenizer, "", t, max_length, scoring) for t in texts]
+    return [running(tokenizer, before, text, max_length, scoring) for before, text in zip(texts[-1:] + texts, texts)]
+
+
+def running(tokenizer, before: str, text: str, max_length: int, scoring: Scoring) -> Encoded:
+    """text scored, every token of it, after bos, the text before it and the break (scoring.running), as unscored
+    context that loses its oldest tokens where the window would pass max_length; an eos after it only where it is
+    content (scoring.eos)."""
+    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    context = tokenizer.encode(before + scoring.running, add_special_tokens=False)
+    body = tokenizer.encode(text, add_special_tokens=False) + ([tokenizer.eos_token_id] if scoring.eos else [])
+    keep = min(len(context), max_length - len(bos) - len(body))
+    if keep <= 0 or not body:
+        return encode(tokenizer, "", text, max_length, scoring)  # no room for any context beside it: read alone
+    head = bos + context[len(context) - keep :]
+    return Encoded(head + body, len(head), len(text.encode()))
 
 
 def sets_read(data: TaskData, n_train: int) -> list[tuple[str, list[Example], bool]]:
@@ -263,6 +298,12 @@ def read_all(base_tokenizer, expanded, data: TaskData, n_train: int, max_length:
         encoded = encode_examples(tokenizer, examples, max_length)
         if not allow_unknown and tokenizer.unk_token_id is not None:
             problems += filter(None, [unknown_text(tokenizer, name, examples, encoded)])
+    unk, cut = base_tokenizer.unk_token_id, data.old_text_break
+    if cut and not allow_unknown and unk is not None and unk in base_tokenizer.encode(cut, add_special_tokens=False):
+        problems.append(
+            f"old_text_break {cut!r}: the base tokenizer reads it as {base_tokenizer.unk_token!r}, so every old-text "
+            "passage would follow an unknown token; give a break it reads (or null: each passage alone after bos)"
+        )
     return problems
 
 

@@ -69,7 +69,8 @@ def dataclass_table(cls: type) -> str:
             default = f"`{f.default_factory()!r}`"
         else:
             default = "required"
-        rows.append(f"| `{f.name}` | `{f.type}` | {default} | {f.metadata['doc']} |")
+        kind = f.type.replace("|", "\\|")  # a union's bar would end the table cell
+        rows.append(f"| `{f.name}` | `{kind}` | {default} | {f.metadata['doc']} |")
     return "\n".join(rows)
 
 

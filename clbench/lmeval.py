@@ -5,8 +5,9 @@
 
 The local tasks (clbench/lm_eval_tasks/*.yaml) read the run's own task data, written to a
 JSON-lines file for each evaluation: `clbench_old_text` (log-likelihood of the old-vocabulary text
-clbench measures forgetting on, on clbench's scoring rule: the first token is context, no eos; word and
-byte perplexity, bits per byte) and
+clbench measures forgetting on, read as clbench reads it: running text, each passage after the one before it and
+the task's break, or alone after bos with its first token as context; no eos; word and byte perplexity, bits per
+byte) and
 `clbench_old_skill` (log-likelihood and greedy match of the old-skill probe's completions). Any
 other name goes to lm-eval's own registry (online datasets).
 
@@ -61,20 +62,28 @@ def documents(name: str, data: TaskData, tokenizer) -> list[dict]:
     # loglikelihood context, so the prompt carries the bos string (HFLM then adds none of its own)
     bos = tokenizer.bos_token or ""
     if name == "clbench_old_text":
-        # the scoring rule (clbench/data.py): a text's first token, predicted from bos alone, is context; a text of
-        # one token has nothing scored and is left out, as clbench's own old-text loss scores nothing of it
-        heads = [(text, leading_text(tokenizer, text, 1)) for text in data.old_text]
+        texts, cut = data.old_text, data.old_text_break
+        if cut is not None and len(texts) > 1:
+            # running text (clbench/data.py): each text whole after the one before it and the break
+            return [{"context": bos + before + cut, "text": text} for before, text in zip(texts[-1:] + texts, texts)]
+        # alone after bos: a text's first token, predicted from bos alone, is context; a text of one token has
+        # nothing scored and is left out, as clbench's own old-text loss scores nothing of it
+        heads = [(text, leading_text(tokenizer, text, 1)) for text in texts]
         return [{"context": bos + head, "text": text[len(head) :]} for text, head in heads if text[len(head) :]]
     return [{"prompt": bos + e.prompt, "completion": e.completion} for e in data.old_skill]
 
 
 def old_text_results(doc: dict, results: list) -> dict:
     """clbench_old_text's process_results: lm-eval's own rolling metrics (word and byte perplexity, bits per byte)
-    over the scored text, doc["text"], from the loglikelihood of it after its first token."""
+    over what lm-eval scored: doc["text"] after doc["context"] (and the context's trailing whitespace, see below)."""
     from lm_eval.api.task import ConfigurableTask
 
-    (loglikelihood, _), words = results[0], ConfigurableTask.count_words(doc["text"])
-    scored_bytes = ConfigurableTask.count_bytes(doc["text"])
+    # lm-eval moves a context's trailing whitespace into what it scores (TemplateLM._encode_pair): a whitespace break
+    # ("\n\n") is scored there, unlike in clbench's own reading, and its bytes are counted with the text's
+    context = doc["context"]
+    scored = context[len(context.rstrip()) :] + doc["text"]
+    (loglikelihood, _), words = results[0], ConfigurableTask.count_words(scored)
+    scored_bytes = ConfigurableTask.count_bytes(scored)
     return {
         "word_perplexity": (loglikelihood, words),
         "byte_perplexity": (loglikelihood, scored_bytes),

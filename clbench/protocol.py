@@ -481,7 +481,6 @@ def adapt_and_evaluate(
     planned: Plan,
     *,
     session: Session,
-    method: MethodSpec | None = None,
     rows_path: Path | None = None,
     on_adapted=None,
     log_samples: bool = False,
@@ -490,11 +489,8 @@ def adapt_and_evaluate(
     """The run itself, its four phases in order: the base's references, expansion, training, evaluation. No store
     access.
 
-    method: a stand-in for the plan's method (a test's, its setup observed or replaced); every phase reads the
-    plan's. rows_path: where the learned new rows go (None: not kept); on_adapted, log_samples: as in execute();
-    on_step(step, loss, lr, grad_norm) after every training step, steps counted across stages."""
-    if method is not None:
-        planned = dataclasses.replace(planned, method=method)
+    rows_path: where the learned new rows go (None: not kept); on_adapted, log_samples: as in execute(); on_step(step,
+    loss, lr, grad_norm) after every training step, steps counted across stages."""
     base, data = planned.base, planned.data
     references = base_references(planned, session)
     run = expanded(planned, session, references)

@@ -98,13 +98,16 @@ def tiny_data() -> TaskData:
         old_skill=[Example("5+6=", "11"), Example("20+22=", "42")],
         replay_text=["2+2=4", "9*3=27"],
         eos_is_content=True,  # as tasks/arithmetic.py: an equation ends after its answer
+        old_text_break=None,  # as tasks/arithmetic.py: each equation alone after bos
     )
 
 
-def tiny_plan(base: Base, data: TaskData, method_config, budget: Budget) -> Plan:
-    """A Plan as plan() would make it for a task of `data` (init random, seed 0), for protocol.adapt_and_evaluate;
-    spec, task, method, run_id and config are unread there."""
-    return Plan(None, None, None, "tiny", {}, method_config, base, data, budget, init="random", seed=0)
+def tiny_plan(base: Base, data: TaskData, method, budget: Budget, method_config=None) -> Plan:
+    """A Plan as plan() would make it for a task of `data` (init random, seed 0) and a method (a MethodSpec: a test's
+    own, its setup observed or replaced, is the plan's method), for protocol.adapt_and_evaluate; method_config: the
+    method's defaults unless given. spec, task, run_id and config are unread there."""
+    method_config = method.config() if method_config is None else method_config
+    return Plan(None, None, method, "tiny", {}, method_config, base, data, budget, init="random", seed=0)
 
 
 # ---------------------------------------------------------------- tiny task files

@@ -66,4 +66,6 @@ def build(params: Params, tokenizer) -> TaskData:
         meaning={s.token: [s.means] for s in params.stages},
         # an equation ends after its answer: the eos says the answer is complete ("12" is not "123")
         eos_is_content=True,
+        # each equation a sequence of its own, as the base learned them: no running text to give it context
+        old_text_break=None,
     )

@@ -39,6 +39,7 @@ def spec_data() -> TaskData:
         target_test=[ex(2, 3), ex(8, 7)],
         old_text=["1+2=3", "4*5=20", "33+9=42"],
         train_oracle=[ex(a, b, "*+") for a, b in MUL],
+        old_text_break=None,  # equations, each alone after bos (the character vocabulary has no "\n")
     )
 
 
@@ -145,7 +146,7 @@ def test_old_vocabulary_logits_are_bit_identical_and_forgetting_is_zero(tied):
 
     budget = Budget(n_train=6, steps=4, batch_size=3, eval_batch_size=8)
     values = adapt_and_evaluate(
-        tiny_plan(base, data, spec.config(), budget), method=dataclasses.replace(spec, setup=setup), session=Session()
+        tiny_plan(base, data, dataclasses.replace(spec, setup=setup), budget), session=Session()
     ).values
     assert values["forgetting_oldvocab"] == 0.0
     model, adapter, old = seen["model"], seen["adapter"], len(base.tokenizer)

@@ -35,8 +35,7 @@ def evaluate(name: str, tied: bool, *, reuse: bool, data=None, session=None) -> 
 
     budget = Budget(n_train=6, steps=3, batch_size=4, eval_batch_size=2)
     values = adapt_and_evaluate(
-        tiny_plan(tiny_base(tied), data or tiny_data(), spec.config(), budget),
-        method=dataclasses.replace(spec, setup=setup),
+        tiny_plan(tiny_base(tied), data or tiny_data(), dataclasses.replace(spec, setup=setup), budget),
         session=session or Session(),
     ).values
     return values, len(calls)

@@ -201,8 +201,8 @@ def test_a_huge_lambda_keeps_old_text_where_fft_loses_it():
 
     def forgetting(name, **options):
         spec = methods().get(name)
-        plan = tiny_plan(base, data, spec.config({"lr": 1e-2, **options}), budget)
-        values = adapt_and_evaluate(plan, method=spec, session=Session()).values
+        plan = tiny_plan(base, data, spec, budget, spec.config({"lr": 1e-2, **options}))
+        values = adapt_and_evaluate(plan, session=Session()).values
         return values["forgetting_oldvocab"], values["target_loss"]
 
     fft = forgetting("fft")
@@ -219,7 +219,7 @@ def test_ewc_refuses_a_task_without_replay_text():
     with pytest.raises(
         ClbenchError, match="^method 'ewc' needs old text to estimate its Fisher on: the task has no replay_text$"
     ):
-        adapt_and_evaluate(tiny_plan(base, data, spec.config(), budget), method=spec, session=Session())
+        adapt_and_evaluate(tiny_plan(base, data, spec, budget), session=Session())
 
 
 @pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])

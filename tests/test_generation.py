@@ -108,9 +108,7 @@ def emitting_run(name: str):
     spec = methods().get(name)
     emitting = dataclasses.replace(spec, setup=lambda *a: Emitting(spec.setup(*a)))
     budget = Budget(n_train=6, steps=1, batch_size=4, eval_batch_size=2)
-    return adapt_and_evaluate(
-        tiny_plan(tiny_base(False), tiny_data(), spec.config(), budget), method=emitting, session=Session()
-    )
+    return adapt_and_evaluate(tiny_plan(tiny_base(False), tiny_data(), emitting, budget), session=Session())
 
 
 def test_a_method_under_the_full_softmax_emits_what_its_head_puts_first_and_et_never_does():

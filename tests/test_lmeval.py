@@ -5,6 +5,7 @@ Tiny random Llama over the character tokenizer; lm-eval runs on the shipped loca
 """
 
 import copy
+import dataclasses
 import importlib.metadata
 import math
 
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from clbench.arith import char_tokenizer
-from clbench.data import TRAINING, TaskData, encode_texts, scored
+from clbench.data import TRAINING, Encoded, TaskData, encode_texts, scored
 from clbench.evaluate import score
 from clbench.expand import expand
 from clbench.lmeval import Checker
@@ -76,6 +77,20 @@ def test_old_text_is_scored_on_clbench_rule_first_token_as_context_and_no_eos(da
         assert n_everything - len(data.old_text) == n_with_eos and everything > with_eos
 
 
+def test_old_text_with_a_break_is_read_as_running_text_by_both(data, checker):
+    """A text task's old text (old_text_break): each passage whole after the one before it and the break, in
+    clbench and in lm-eval alike. The character tokenizer has no whitespace, so the break here is `=`: lm-eval moves
+    a whitespace break into what it scores (TemplateLM._encode_pair), which clbench.lmeval counts with the text."""
+    tokenizer = char_tokenizer()
+    model = tiny_model(tokenizer)
+    running = dataclasses.replace(data, old_text_break="=")
+    scores = checker.scores(model, tokenizer, running)
+    ours, n_tokens, n_bytes = clbench_nll(model, tokenizer, running.old_text, scored(False, "="))
+    assert n_tokens == n_bytes == sum(len(t) for t in data.old_text) == 234  # every character, the first too
+    assert lm_eval_nll(scores, n_bytes) == pytest.approx(ours, rel=3e-7)
+    assert lm_eval_nll(scores, n_bytes) != pytest.approx(clbench_nll(model, tokenizer, data.old_text, RULE)[0])
+
+
 def test_lm_eval_rolling_scores_the_first_token_from_the_prefix_token_alone():
     """Why clbench_old_text is not lm-eval's loglikelihood_rolling: its first window predicts every token, the first
     from the prefix token (bos) alone, and appends no eos."""
@@ -124,9 +139,9 @@ def test_base_and_adapted_are_never_confused_and_base_scores_are_cached_per_base
     assert {r["task_hash"] for r in rows_same + rows_changed} == {rows_same[0]["task_hash"]}
     version = importlib.metadata.version("lm_eval")
     assert [(r["metric"], r["task_version"], r["lm_eval_version"]) for r in rows_same] == [
-        ("bits_per_byte", "2.0", version),
-        ("byte_perplexity", "2.0", version),
-        ("word_perplexity", "2.0", version),
+        ("bits_per_byte", "3.0", version),
+        ("byte_perplexity", "3.0", version),
+        ("word_perplexity", "3.0", version),
     ]
 
 
@@ -197,7 +212,7 @@ def english_tokenizer():
 def test_english_text_word_and_byte_perplexity_follow_from_clbench_nll():
     tokenizer = english_tokenizer()
     model = tiny_model(tokenizer)
-    data = TaskData(new_tokens=[], train=[], target_test=[], old_text=ENGLISH)
+    data = TaskData(new_tokens=[], train=[], target_test=[], old_text=ENGLISH, old_text_break=None)
     scores = Checker(["clbench_old_text"], batch_size=4).scores(model, tokenizer, data)
     nll, n_tokens, n_bytes = clbench_nll(model, tokenizer, ENGLISH, RULE)
     n_words = sum(len(t.split()) for t in ENGLISH)
@@ -210,3 +225,24 @@ def test_english_text_word_and_byte_perplexity_follow_from_clbench_nll():
     # exp multiplies the NLL's float32 relative error (~5e-8) by NLL / bytes (2.6 here): 1.3e-7 measured
     assert value("byte_perplexity") == pytest.approx(math.exp(nll / n_bytes), rel=3e-7)
     assert value("word_perplexity") == pytest.approx(math.exp(nll / n_words), rel=1e-6)
+
+
+def test_a_whitespace_break_is_scored_by_lm_eval_and_not_by_clbench():
+    """Running English text with the text tasks' break "\n\n": lm-eval moves a context's trailing whitespace into
+    what it scores (TemplateLM._encode_pair), so its log-likelihood is clbench's plus the break's own tokens, and its
+    bytes are the passages' plus two a passage."""
+    tokenizer = english_tokenizer()
+    model = tiny_model(tokenizer)
+    data = TaskData(new_tokens=[], train=[], target_test=[], old_text=ENGLISH)  # the default break, "\n\n"
+    scores = Checker(["clbench_old_text"], batch_size=4).scores(model, tokenizer, data)
+    ours, n_tokens, n_bytes = clbench_nll(model, tokenizer, ENGLISH, scored(False, "\n\n"))
+    assert (n_tokens, n_bytes) == (47, 105)  # every token and byte of every passage, the first too
+    encode = lambda text: tokenizer.encode(text, add_special_tokens=False)
+    with_break = [  # what lm-eval scores: the break and the passage, after bos and the passage before
+        Encoded([tokenizer.bos_token_id, *encode(before), *encode("\n\n" + text)], 1 + len(encode(before)), 0)
+        for before, text in zip(ENGLISH[-1:] + ENGLISH, ENGLISH)
+    ]
+    theirs = score(model, with_break, old_vocab=len(tokenizer), pad_id=tokenizer.pad_token_id, batch_size=4)
+    assert theirs.n_full == n_tokens + 2 * len(ENGLISH)  # "\n" "\n": no merge for it in this BPE
+    assert lm_eval_nll(scores, n_bytes + 2 * len(ENGLISH)) == pytest.approx(theirs.nll_full, rel=3e-7)
+    assert theirs.nll_full > ours

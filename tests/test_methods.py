@@ -68,8 +68,7 @@ def test_every_method_keeps_its_contract(name, tied, tmp_path):
 
     budget = Budget(n_train=6, steps=3, batch_size=4, eval_batch_size=8)
     values = adapt_and_evaluate(
-        tiny_plan(base, data, spec.config(), budget),
-        method=dataclasses.replace(spec, setup=setup),
+        tiny_plan(base, data, dataclasses.replace(spec, setup=setup), budget),
         session=Session(),
         rows_path=tmp_path / "rows.safetensors",
     ).values

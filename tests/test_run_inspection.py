@@ -212,8 +212,8 @@ def test_a_run_does_not_report_the_peak_of_the_run_before_it():
         return spec.setup(model, expansion, config)
 
     runs = [dataclasses.replace(spec, setup=hungry), spec]
-    plan = lambda: tiny_plan(tiny_base(False), tiny_data(), spec.config(), BUDGET)
-    values = [adapt_and_evaluate(plan(), method=m, session=Session()).values for m in runs]
+    plan = lambda m: tiny_plan(tiny_base(False), tiny_data(), m, BUDGET)
+    values = [adapt_and_evaluate(plan(m), session=Session()).values for m in runs]
     first, second = (v["peak_rss_increase_mb"] for v in values)
     assert "peak_mem_mb" not in values[1]  # a CPU run: no CUDA peak
     # the first run's peak holds its ballast; the second's is its own (under 1 MiB measured; 16: room for the

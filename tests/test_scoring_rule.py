@@ -51,6 +51,30 @@ def test_encode_scores_exactly_the_positions_the_rule_names():
     assert encode(TOKENIZER, "", "7", 32, cut) == Encoded([BOS, ID["7"]], 2, 0)
 
 
+def test_old_text_is_read_as_running_text_each_passage_after_the_one_before_it():
+    """A task with an old_text_break scores every token of each passage, after bos, the passage before it (the last,
+    for the first) and the break as unscored context; no eos is appended unless it is content."""
+    rule = scored(eos_is_content=False, old_text_break="=")
+    texts = ["12+3", "4*5", "7"]
+    read = encode_texts(TOKENIZER, texts, 32, rule)
+    assert read == [
+        Encoded([BOS, *ids("7="), *ids("12+3")], 3, 4),
+        Encoded([BOS, *ids("12+3="), *ids("4*5")], 6, 3),
+        Encoded([BOS, *ids("4*5="), *ids("7")], 5, 1),
+    ]
+    scores = score(tiny_base(tied=False).model, read, old_vocab=len(TOKENIZER), pad_id=0, batch_size=2)
+    assert scores.n_full == scores.n_bytes == 4 + 3 + 1  # every character of every passage, none of the context
+    assert scores.position_target[scores.position_example.argsort(stable=True)].tolist() == ids("12+34*57")
+    # the context loses its oldest tokens past max_length; the passage is never cut
+    assert encode_texts(TOKENIZER, texts, 6, rule)[1] == Encoded([BOS, *ids("3="), *ids("4*5")], 3, 3)
+    # an eos that is content follows each passage
+    assert encode_texts(TOKENIZER, texts, 32, scored(True, "="))[2] == Encoded([BOS, *ids("4*5=7"), EOS], 5, 1)
+    # a passage with no other before it, and a task without a break (arithmetic), read each alone after bos
+    assert encode_texts(TOKENIZER, ["12+3"], 32, rule) == [Encoded([BOS, *ids("12+3")], 2, 3)]
+    alone = scored(eos_is_content=False)
+    assert encode_texts(TOKENIZER, texts, 32, alone) == [encode(TOKENIZER, "", t, 32, alone) for t in texts]
+
+
 def test_scored_bytes_leave_out_the_bytes_of_the_token_read_as_context():
     class Words:  # a slow tokenizer of whole words: the bytes come from decoding the skipped token
         is_fast, bos_token_id, eos_token_id = False, 0, 1
@@ -103,37 +127,43 @@ def knowing_base() -> Base:
 def test_a_format_only_fine_tune_moves_old_text_forgetting_no_more_than_its_content_positions():
     """The control that adds no token, trained on its task's own windows (bos + 10 characters + eos, every
     position), learns their format: that an eos comes after ten characters. Under the scoring rule old-text
-    forgetting moves exactly as the loss at the content positions does; scored over every position (the rule
-    before it) the same fine-tune moves it by far more, the appended eos carrying the difference."""
+    forgetting moves exactly as the loss at the content positions does, each window read after the one before it
+    (running text: consecutive cuts of one stream, so no break): worse, as a model taught to stop after ten
+    characters reads text that goes on. Scored over every position of each window alone (the rule before it) the
+    same fine-tune reads as an improvement, the appended eos carrying it."""
     rng = random.Random(0)
     data = TaskData(
         new_tokens=["<spec>"],
         train=[Example("", w) for w in windows(64, rng)],
         target_test=[Example("", w) for w in windows(8, rng)],
         old_text=windows(16, rng),
+        old_text_break="",
     )
     control, base = methods().get("nonew"), knowing_base()
     adapted = {}
     budget = Budget(n_train=64, steps=60, batch_size=16, eval_batch_size=16)
-    plan = tiny_plan(base, base_reading(None, control, data), control.config({"lr": 3e-3}), budget)
-    result = adapt_and_evaluate(
-        plan, method=control, session=Session(), on_adapted=lambda b, d, model, t: adapted.update(model=model)
-    )
+    plan = tiny_plan(base, base_reading(None, control, data), control, budget, control.config({"lr": 3e-3}))
+    result = adapt_and_evaluate(plan, session=Session(), on_adapted=lambda b, d, model, t: adapted.update(model=model))
 
-    def per_position(model) -> torch.Tensor:  # [texts, positions]: NLL of each target of bos + text + eos
-        batch = torch.tensor([[BOS, *ids(t), EOS] for t in data.old_text])
+    def per_position(model, windows: list[list[int]]) -> torch.Tensor:  # [windows, positions]: NLL of each target
+        batch = torch.tensor(windows)
         with torch.no_grad():
             logits = model(input_ids=batch).logits[:, :-1].float()
         return torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="none").double()
 
-    before, after = per_position(base.model), per_position(adapted["model"])
-    change = (after - before).mean(0)  # per position: 0 from bos alone, 1-9 the text, 10 the appended eos
-    content = change[1:10].mean().item()
+    def change(windows: list[list[int]]) -> torch.Tensor:  # per position, mean over the windows
+        return (per_position(adapted["model"], windows) - per_position(base.model, windows)).mean(0)
+
+    texts = data.old_text
+    running = change([[BOS, *ids(before), *ids(t)] for before, t in zip(texts[-1:] + texts, texts)])
+    content = running[10:].mean().item()  # the text's 10 characters, each after the 10 before it
     assert result.values["forgetting_oldvocab"] == pytest.approx(content, abs=1e-6)
-    every_position = change.mean().item()  # the rule before: bos → first token and the eos averaged in
-    # measured: content +0.048 (no better), the eos −7.44, every position −0.640 ("remembers better")
-    assert -0.1 < content < 0.1 and change[10] < -5.0
-    assert every_position < content - 0.4
+    alone = change([[BOS, *ids(t), EOS] for t in texts])  # 0 from bos alone, 1-9 the text, 10 the appended eos
+    every_position = alone.mean().item()  # the rule before: bos → first token and the eos averaged in
+    # measured: the running text +4.07 (worse: the control learned to stop after ten characters, and running text
+    # goes on), the appended eos −7.44, every position alone −0.640: the rule before read "remembers better"
+    assert content > 1.0 and alone[10] < -5.0
+    assert every_position < 0 < content
 
 
 def test_after_new_loss_reads_the_targets_after_each_new_token_and_the_references_at_the_same_positions():
