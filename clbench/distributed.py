@@ -20,11 +20,26 @@ import torch
 
 from clbench.errors import ClbenchError
 
+WIDTH = 120  # characters: a terminal's width, the longest line clbench prints by default (progress, summaries)
+
 
 def log(message: str) -> None:
     """A line of progress on stderr; launched as several processes, they all run the same runs: one speaks."""
     if is_main():
         print(message, file=sys.stderr, flush=True)
+
+
+def log_items(items: list[str], indent: str = "  ") -> None:
+    """Items ("target_loss 4.07") on as few lines of at most WIDTH characters as they fill, two spaces apart; an item
+    is never split."""
+    line = ""
+    for item in items:
+        if line and len(line) + 2 + len(item) > WIDTH:
+            log(line)
+            line = ""
+        line = f"{line}  {item}" if line else indent + item
+    if line:
+        log(line)
 
 
 def launched() -> bool:

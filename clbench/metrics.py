@@ -335,7 +335,7 @@ register_metric(
     "target_acc",
     higher_is_better=True,
     definition="exact match of the whole completion (greedy, old-vocabulary argmax) on held-out target examples",
-    headline={"summary": 20, "leaderboard": 10, "curve": 20},
+    headline={"summary": 11, "leaderboard": 10, "curve": 20},
     score=lambda r: target_accuracies(r) if r.exact_match else None,
     logged=40,
     reproduced=True,
@@ -364,7 +364,7 @@ register_metric(
     "forgetting_oldvocab",
     higher_is_better=False,
     definition="old-text NLL, adapted (old-vocabulary softmax) − base",
-    headline={"summary": 60, "leaderboard": 60, "curve": 50},
+    headline={"summary": 13, "leaderboard": 60, "curve": 50},
     score=lambda r: forgetting(r.old.loss_old, r.base_old.loss_old),
     diverges=True,
     logged=60,
@@ -386,7 +386,7 @@ DRIFT = {
     "drift_kl_oldvocab": (
         "example_kl_old",
         "old text: mean over scored positions of KL(p_base ‖ p_adapted), both softmaxes over the base vocabulary V: how far each old transition p(· | x<t) moved (0: unchanged; exactly 0 where the backbone and the old rows are untouched); unlike forgetting_oldvocab it cannot be lowered by moving towards the old text's domain",
-        {"summary": 62, "leaderboard": 62, "curve": 52},
+        {"summary": 16, "leaderboard": 62, "curve": 52},
     ),
     "drift_kl_full": (
         "example_kl_full",
@@ -441,7 +441,7 @@ register_metric(
     "old_skill_acc_delta",
     higher_is_better=True,
     definition="old_skill_acc − old_skill_acc_base",
-    headline={"summary": 50, "leaderboard": 50},
+    headline={"summary": 17, "leaderboard": 50},
     score=lambda r: accuracy(r.skill.hits_old) - accuracy(r.base_skill.hits_old) if len(r.skill.hits_old) else None,
 )
 register_metric(

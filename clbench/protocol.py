@@ -409,7 +409,7 @@ def evaluate_adapted(planned: Plan, session: Session, run: Expanded, trained: Tr
     values = M.scored(scores)  # every built-in metric, by its declaration (clbench/metrics.py)
     if data.stages:
         values.update(M.transfer(trained.matrix, [s.name for s in stages_of(data)]))
-    log("  " + "  ".join(f"{k} {values[k]:.4g}" for k in M.logged() if k in values))
+    distributed.log_items([f"{k} {values[k]:.4g}" for k in M.logged() if k in values])
     for name in M.divergence_checked():
         if not math.isfinite(values[name]):
             raise DivergedError(f"non-finite {name} ({values[name]}) after training")

@@ -42,7 +42,8 @@ def db(tmp_path):
 
 def test_each_task_shows_the_headline_metrics_that_fit_120_columns(db):
     lines = summary(Store(db)).splitlines()
-    assert max(map(len, lines)) == 116 <= WIDTH
+    assert max(map(len, lines)) == 115 <= WIDTH
+    # the summary ranks (clbench/metrics.py): what was learned, then what was forgotten, then the rest
     assert lines[:17] == [
         "task arith · model builtin:arith-llama · n_train 200 · lr 0.01 · seeds 1",
         "method    target_acc ↑      forgetting_full ↓",
@@ -51,15 +52,15 @@ def test_each_task_shows_the_headline_metrics_that_fit_120_columns(db):
         "fft       0.483 ?                         0.2",
         "",
         "task words · model meta-llama/Llama-3.2-3B · seeds 3",
-        "method      n_train      lr  target_loss ↓        after_new_loss ↓     after_new_gap_closed ↑    gap_closed ↑",
-        "--------  ---------  ------  -------------------  -------------------  ------------------------  -------------------",
-        "et               50  0.003   1.0430 ± 0.0075      2.0430 ± 0.0075      3.0430 ± 0.0075           4.0430 ± 0.0075",
-        "et              200  0.003   **1.0030 ± 0.0075**  **2.0030 ± 0.0075**  3.0030 ± 0.0075           4.0030 ± 0.0075",
-        "ewc             200  0.0003  1.0330 ± 0.0075      2.0330 ± 0.0075      3.0330 ± 0.0075           4.0330 ± 0.0075",
-        "fft              50  0.0003  1.0530 ± 0.0075      2.0530 ± 0.0075      **3.0530 ± 0.0075**       **4.0530 ± 0.0075**",
-        "fft             200  0.0003  1.0130 ± 0.0075      2.0130 ± 0.0075      3.0130 ± 0.0075           4.0130 ± 0.0075",
-        "lora            200  0.001   1.0230 ± 0.0075      2.0230 ± 0.0075      3.0230 ± 0.0075           4.0230 ± 0.0075",
-        f"left out: target_acc, target_top1, target_bpb and 11 more {LEFT_OUT}",
+        "method      n_train      lr  target_loss ↓        target_acc ↑         after_new_loss ↓     forgetting_oldvocab ↓",
+        "--------  ---------  ------  -------------------  -------------------  -------------------  -----------------------",
+        "et               50  0.003   1.0430 ± 0.0075      2.0430 ± 0.0075      3.0430 ± 0.0075      4.0430 ± 0.0075",
+        "et              200  0.003   **1.0030 ± 0.0075**  2.0030 ± 0.0075      **3.0030 ± 0.0075**  **4.0030 ± 0.0075**",
+        "ewc             200  0.0003  1.0330 ± 0.0075      2.0330 ± 0.0075      3.0330 ± 0.0075      4.0330 ± 0.0075",
+        "fft              50  0.0003  1.0530 ± 0.0075      **2.0530 ± 0.0075**  3.0530 ± 0.0075      4.0530 ± 0.0075",
+        "fft             200  0.0003  1.0130 ± 0.0075      2.0130 ± 0.0075      3.0130 ± 0.0075      4.0130 ± 0.0075",
+        "lora            200  0.001   1.0230 ± 0.0075      2.0230 ± 0.0075      3.0230 ± 0.0075      4.0230 ± 0.0075",
+        f"left out: after_new_gap_closed, gap_closed and 12 more {LEFT_OUT}",
         "Cells: mean ± half-width of the 95 % confidence interval over seeds (Student's t; no ± with one seed), "
         "[evaluation",
     ]
@@ -72,7 +73,7 @@ def test_wide_is_the_one_table_of_every_headline_metric(capsys, db):
     header = out.splitlines()[0].split()
     columns = ["task", "method", "model", "n_train", "lr", "seeds"]
     assert header == columns + [part for m in headline("summary") for part in (m, arrow(m).strip())]
-    assert max(map(len, out.splitlines())) == 480
+    assert max(map(len, out.splitlines())) == 483
 
 
 def test_metrics_shows_exactly_those_in_the_order_given(capsys, db):
@@ -111,3 +112,19 @@ def test_run_announces_each_run_and_ends_with_the_fitted_table(capsys, tmp_path,
     assert announced == ["run 1/2", "run 2/2: under a minute left"]
     assert out.splitlines()[0] == "task small · model builtin:tiny · n_train 8 · seeds 1"
     assert max(map(len, out.splitlines())) <= WIDTH
+
+
+def test_a_runs_logged_metrics_are_packed_into_lines_a_terminal_holds(capsys):
+    """The line a run logs after evaluation (distributed.log_items): its items in order, two spaces apart, on as few
+    lines of at most WIDTH characters as they fill, none split."""
+    from clbench.distributed import log_items
+
+    items = [f"metric_{i:02d} {i / 3:.4g}" for i in range(16)]
+    log_items(items)
+    lines = capsys.readouterr().err.splitlines()
+    assert [len(line) for line in lines] == [109, 111, 30] and all(line.startswith("  ") for line in lines)
+    assert "  ".join(line.strip() for line in lines) == "  ".join(items)
+    # full: the next line's first item would not have fitted on the line before it
+    assert all(len(line) + 2 + len(after.split("  ")[1]) > WIDTH for line, after in zip(lines, lines[1:]))
+    log_items(["x " + "9" * 130])  # one item wider than the terminal stands alone, whole
+    assert capsys.readouterr().err == "  x " + "9" * 130 + "\n"

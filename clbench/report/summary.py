@@ -13,11 +13,11 @@ import textwrap
 
 import pandas as pd
 
+from clbench.distributed import WIDTH
 from clbench.metrics import headline, lookup
 from clbench.report.format import CELLS_NOTE, arrow, cell_text, fmt_lr
 from clbench.report.load import KEY, aggregate, load
 
-WIDTH = 120  # characters: a terminal's width, and the longest line a default summary prints
 FLAGS = "--wide shows every column, --metrics a,b the ones named"
 SHARED = ["model", "n_train", "lr", "seeds"]  # in a task's heading, not its table, where every row has the same
 
