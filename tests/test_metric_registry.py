@@ -18,13 +18,14 @@ from clbench.taskspec import load_tasks
 from clbench.testing import MEMORY, NOT_REPRODUCIBLE, small_raw, write_task_file
 
 # the lists cli.py (SUMMARY_METRICS), leaderboard.py (ORDER) and sweep.py (CURVE_METRICS) held before the registry
-SUMMARY_BEFORE = [
+# the summary's since b5e511f: what was learned, then what was forgotten, then the rest (the front door's order)
+SUMMARY_NOW = [
     "target_loss",
     "target_acc",
+    "forgetting_oldvocab",
+    "old_skill_acc_delta",
     "target_acc_seen",
     "target_acc_unseen",
-    "old_skill_acc_delta",
-    "forgetting_oldvocab",
     "forgetting_full",
     "trainable_params",
     "train_seconds",
@@ -60,18 +61,19 @@ DRIFT = {"drift_kl_oldvocab", "drift_top1_changed_oldvocab", "drift_kl_full"}
 
 
 def test_headline_lists_are_the_ones_before_the_registry_plus_the_references():
-    for view, before in [("summary", SUMMARY_BEFORE), ("leaderboard", LEADERBOARD_BEFORE), ("curve", CURVE_BEFORE)]:
+    for view, before in [("summary", SUMMARY_NOW), ("leaderboard", LEADERBOARD_BEFORE), ("curve", CURVE_BEFORE)]:
         assert [m for m in M.headline(view) if m not in ADDED | DRIFT | AROUND_NEW] == before, view
     follows = lambda view, metric: M.headline(view)[M.headline(view).index(metric) + 1]
-    for view in ("summary", "leaderboard"):
-        assert [follows(view, m) for m in ("forgetting_oldvocab", "forgetting_full")] == [
-            "drift_kl_oldvocab",
-            "drift_kl_full",
-        ]
-        assert follows(view, "drift_kl_oldvocab") == "drift_top1_changed_oldvocab"
+    assert [follows("leaderboard", m) for m in ("forgetting_oldvocab", "forgetting_full")] == [
+        "drift_kl_oldvocab",
+        "drift_kl_full",
+    ]
+    assert follows("leaderboard", "drift_kl_oldvocab") == "drift_top1_changed_oldvocab"
+    assert follows("summary", "forgetting_full") == "drift_kl_full"
     assert follows("curve", "forgetting_oldvocab") == "drift_kl_oldvocab"
-    assert M.headline("summary")[:6] == [
-        "target_loss", "after_new_loss", "after_new_gap_closed", "gap_closed", "target_acc", "target_top1"
+    assert M.headline("summary")[:8] == [
+        "target_loss", "target_acc", "after_new_loss", "forgetting_oldvocab", "after_new_gap_closed", "gap_closed",
+        "drift_kl_oldvocab", "old_skill_acc_delta"
     ]  # fmt: skip
     assert M.headline("leaderboard")[:10] == [
         "target_acc", "target_top1", "target_acc_seen", "target_acc_unseen", "gap_closed", "word_gap",
@@ -199,8 +201,10 @@ def test_a_task_declares_a_metric_that_its_runs_store(tmp_path, tiny_builtin, sc
     task = load_tasks([gap_task_dir(tmp_path / "tasks")]).get("gap")
     assert [m.name for m in task.metrics] == ["target_acc_gap"]
     assert M.lookup("target_acc_gap").higher_is_better is False
-    columns = M.headline("summary")  # rank 45: after target_acc_unseen (40), before old_skill_acc_delta (50)
-    assert columns[columns.index("target_acc_unseen") + 1 : columns.index("old_skill_acc_delta")] == ["target_acc_gap"]
+    columns = M.headline("summary")  # rank 45: after target_acc_unseen (40), before drift_top1_changed_oldvocab (64)
+    assert columns[columns.index("target_acc_unseen") + 1 : columns.index("drift_top1_changed_oldvocab")] == [
+        "target_acc_gap"
+    ]
     assert load_tasks().get("arithmetic").metrics == []  # the builtin task's module declares none
 
     store = Store(tmp_path / "r.duckdb")
