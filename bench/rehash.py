@@ -36,7 +36,8 @@ def rehash(path: Path, tasks, session: Session) -> dict[tuple, list]:
         config = json.loads(text)
         task, version = config["task"], config.get("task_version")
         try:
-            resolved, current = tasks.get(task), tasks.get(task).spec.version
+            resolved = tasks.get(task)
+            current = resolved.spec.version
             if version != current:
                 resolved = dataclasses.replace(resolved, spec=resolved.spec.model_copy(update={"version": version}))
             spec = RunSpec.from_config(config)

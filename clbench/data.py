@@ -213,14 +213,15 @@ def scored(eos_is_content: bool, old_text_break: str | None = None) -> Scoring:
     return Scoring(from_bos=False, eos=eos_is_content, running=old_text_break)
 
 
-def encode(tokenizer, prompt: str, completion: str, max_length: int, scoring: Scoring = TRAINING) -> Encoded:
+def encode(tokenizer, prompt: str, completion: str, max_length: int | None, scoring: Scoring = TRAINING) -> Encoded:
+    """max_length: the model's context (a longer sequence is an error); None: unbounded (running() cuts its own)."""
     bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
     head = bos + tokenizer.encode(prompt, add_special_tokens=False)
     body = tokenizer.encode(completion, add_special_tokens=False)
     ids = head + body + ([tokenizer.eos_token_id] if scoring.eos else [])
     if not head:
         raise ClbenchError("tokenizer has no bos token and the prompt is empty: nothing to condition on")
-    if len(ids) > max_length:
+    if max_length is not None and len(ids) > max_length:
         raise ClbenchError(
             f"a sequence of {len(ids)} tokens exceeds the model context of {max_length}: {prompt + completion!r:.60}"
         )
@@ -253,21 +254,25 @@ def encode_examples(tokenizer, examples: list[Example], max_length: int, scoring
 def encode_texts(tokenizer, texts: list[str], max_length: int, scoring: Scoring = TRAINING) -> list[Encoded]:
     if scoring.running is None or len(texts) < 2:
         return [encode(tokenizer, "", t, max_length, scoring) for t in texts]
-    return [running(tokenizer, before, text, max_length, scoring) for before, text in zip(texts[-1:] + texts, texts)]
+    return [running(tokenizer, before, text, max_length, scoring) for before, text in preceded(texts)]
+
+
+def preceded(texts: list[str]) -> list[tuple[str, str]]:
+    """(the text before it, text) for each text read as running text; the last comes before the first."""
+    return list(zip(texts[-1:] + texts, texts))
 
 
 def running(tokenizer, before: str, text: str, max_length: int, scoring: Scoring) -> Encoded:
-    """text scored, every token of it, after bos, the text before it and the break (scoring.running), as unscored
-    context that loses its oldest tokens where the window would pass max_length; an eos after it only where it is
-    content (scoring.eos)."""
-    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
-    context = tokenizer.encode(before + scoring.running, add_special_tokens=False)
-    body = tokenizer.encode(text, add_special_tokens=False) + ([tokenizer.eos_token_id] if scoring.eos else [])
-    keep = min(len(context), max_length - len(bos) - len(body))
-    if keep <= 0 or not body:
-        return encode(tokenizer, "", text, max_length, scoring)  # no room for any context beside it: read alone
-    head = bos + context[len(context) - keep :]
-    return Encoded(head + body, len(head), len(text.encode()))
+    """text as the completion of the text before it and the break (scoring.running), an unscored prompt that loses
+    its oldest tokens where the window would pass max_length; read alone where no token of it fits."""
+    window = encode(tokenizer, before + scoring.running, text, None, scoring)
+    bos = int(tokenizer.bos_token_id is not None)
+    over = len(window.ids) - max_length
+    if over >= window.loss_from - bos:  # no room for any context beside it
+        return encode(tokenizer, "", text, max_length, scoring)
+    if over <= 0:
+        return window
+    return Encoded(window.ids[:bos] + window.ids[bos + over :], window.loss_from - over, window.scored_bytes)
 
 
 def sets_read(data: TaskData, n_train: int) -> list[tuple[str, list[Example], bool]]:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import yaml
 
-from clbench.data import TaskData, leading_text
+from clbench.data import TaskData, leading_text, preceded
 from clbench.errors import ClbenchError
 from clbench.storage import ResultStore
 
@@ -65,7 +65,7 @@ def documents(name: str, data: TaskData, tokenizer) -> list[dict]:
         texts, cut = data.old_text, data.old_text_break
         if cut is not None and len(texts) > 1:
             # running text (clbench/data.py): each text whole after the one before it and the break
-            return [{"context": bos + before + cut, "text": text} for before, text in zip(texts[-1:] + texts, texts)]
+            return [{"context": bos + before + cut, "text": text} for before, text in preceded(texts)]
         # alone after bos: a text's first token, predicted from bos alone, is context; a text of one token has
         # nothing scored and is left out, as clbench's own old-text loss scores nothing of it
         heads = [(text, leading_text(tokenizer, text, 1)) for text in texts]
