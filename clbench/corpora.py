@@ -53,7 +53,11 @@ class TextParams(BaseModel):
     corpus_documents: int | None = Field(
         None, description="read only the first n documents of each corpus (hub corpora)"
     )
-    data_seed: int = 0
+    data_seed: int = Field(
+        0,
+        description="which draw of the task's data (which sentences; for pseudowords which word each pseudo-word "
+        "stands for); tables pool runs on several draws with their model seeds (report/load.py DRAWS)",
+    )
 
 
 def documents(source: str, limit: int | None = None) -> list[str]:

@@ -303,3 +303,53 @@ def test_runs_that_differ_in_a_swept_task_param_are_never_pooled_as_seeds(tmp_pa
     text = (build(tmp_path / "r.duckdb", tmp_path / "out") / "leaderboard.md").read_text()
     assert text.count("| dictionary_size=1, lr=0.01, init=random |") == 2
     assert text.count("| dictionary_size=2, lr=0.01, init=random |") == 2
+
+
+def test_data_draws_are_pooled_with_model_seeds_and_the_page_says_so(tmp_path):
+    """data_seed 0, 1, 2 × seeds 0, 1 of one method: one row of 6 runs over 3 data draws, the interval over all six
+    (Student's t on 5 degrees of freedom); a swept param beside it still splits rows. A store with one data draw
+    shows no draws column or note."""
+    store = Store(tmp_path / "r.duckdb")
+    losses = {0: (4.0, 4.2), 1: (4.4, 4.6), 2: (3.8, 4.0)}
+    for data_seed, by_seed in losses.items():
+        for seed, loss in enumerate(by_seed):
+            params = {"data_seed": data_seed, "dictionary_size": 2}
+            record(store, f"d{data_seed}-{seed}", "pw", "et", "tiny", seed, {"target_loss": loss}, params=params)
+    record(store, "s4", "pw", "et", "tiny", 0, {"target_loss": 5.0}, params={"data_seed": 0, "dictionary_size": 4})
+    table = aggregate(load(store)[0])
+    rows = table[["settings", "runs", "data_draws", "mean", "ci95"]].to_dict("records")
+    values = [4.0, 4.2, 4.4, 4.6, 3.8, 4.0]
+    half = 2.5705818366147395 * statistics.stdev(values) / math.sqrt(6)
+    assert rows == [
+        {
+            "settings": "dictionary_size=2, lr=0.01, init=random",
+            "runs": 6,
+            "data_draws": 3,
+            "mean": pytest.approx(4.1666666666666667),
+            "ci95": pytest.approx(half),
+        },
+        {
+            "settings": "dictionary_size=4, lr=0.01, init=random",
+            "runs": 1,
+            "data_draws": 1,
+            "mean": 5.0,
+            "ci95": pytest.approx(float("nan"), nan_ok=True),  # one run: no interval
+        },
+    ]
+    out = build(tmp_path / "r.duckdb", tmp_path / "out")
+    text = (out / "leaderboard.md").read_text()
+    cells = [[c.strip() for c in line.split("|")] for line in text.splitlines() if "dictionary_size=2" in line]
+    header = next([c.strip() for c in line.split("|")] for line in text.splitlines() if line.startswith("| method"))
+    assert [dict(zip(header, row))["runs"] for row in cells] == ["6"]
+    assert [dict(zip(header, row))["data draws"] for row in cells] == ["3"]
+    assert "its runs are data draws × model seeds" in text
+    assert "its runs are data draws × model seeds" in (out / "index.html").read_text()
+    assert "data_draws" in (out / "leaderboard.csv").read_text().splitlines()[0].split(",")
+
+    single = Store(tmp_path / "one.duckdb")
+    record(single, "a", "pw", "et", "tiny", 0, {"target_loss": 4.0}, params={"data_seed": 1})
+    record(single, "b", "pw", "et", "tiny", 1, {"target_loss": 4.2}, params={"data_seed": 1})
+    out = build(tmp_path / "one.duckdb", tmp_path / "out1")
+    assert "data draws" not in (out / "leaderboard.md").read_text()
+    assert "data draws" not in (out / "index.html").read_text()
+    assert "data_draws" not in (out / "leaderboard.csv").read_text().splitlines()[0].split(",")

@@ -20,6 +20,7 @@ from clbench.report.paper import (
     TABLES,
     claims,
     direction_verdict,
+    draws_label,
     paper_sign,
     report,
     rows,
@@ -333,3 +334,10 @@ def test_a_sweeps_one_method_points_stay_out_of_the_comparison_where_the_base_ha
         ("builtin:arith-llama-w64", "200", "et", "0,1,2"),
         ("builtin:arith-llama-w64", "200", "fft", "0,1,2"),
     ]
+
+
+def test_a_group_pooling_data_draws_names_them_beside_its_seeds():
+    pooled = pd.DataFrame({"seed": [1, 0, 0, 1], "data_seed": [0, 0, 2, 2]})
+    assert draws_label(pooled) == "0,1 × data 0,2"
+    assert draws_label(pooled.assign(data_seed=2)) == "0,1"
+    assert draws_label(pooled.drop(columns="data_seed")) == "0,1"  # values read before data draws were

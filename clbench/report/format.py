@@ -26,6 +26,12 @@ CELLS_NOTE = (
     "**best** per column; ≈ not significantly different from the best (Welch's t-test, p ≥ 0.05); "
     "? not tested (one seed on either side)."
 )
+DRAWS_COLUMN = "data draws"
+DRAWS_NOTE = (
+    "Where a row pools several data draws (data draws: the task's data_seed, e.g. which word each pseudo-word "
+    "stands for and which sentences), its runs are data draws × model seeds, and its interval and Welch's test are "
+    "over all of them, each run one draw of both."
+)
 LM_EVAL_HEADING = "lm-eval checks (in-process, full softmax)"
 SEARCHES_HEADING = "Learning rates chosen on validation (clbench tune)"
 SEARCHES_NOTE = (
@@ -100,17 +106,20 @@ def metric_order(metrics) -> list[str]:
 def wide(table: pd.DataFrame, task: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
     """A task's rows: (cells (cell_text), best flags, means, metric columns), rows in KEY order.
 
-    Columns: task, method, model, n_train, lr (the STICKY ones after task), runs, settings, metrics.
+    Columns: task, method, model, n_train, lr (the STICKY ones after task), runs, data draws (where a row pools
+    several, pooled_draws), settings, metrics.
     A `<metric>_se` column whose metric is shown is folded into that metric's cells."""
     part = table[table.task == task]
     present = set(part.metric)
     metrics = [m for m in metric_order(present) if not (m.endswith("_se") and m[: -len("_se")] in present)]
     rows = part[KEY].drop_duplicates().sort_values(KEY[1:], na_position="last").reset_index(drop=True)
-    groups = part.groupby(KEY, dropna=False).agg(runs=("runs", "max"), lr=("lr", "first"))
+    groups = part.groupby(KEY, dropna=False).agg(runs=("runs", "max"), lr=("lr", "first"), draws=("data_draws", "max"))
     keys = [tuple(r) for r in rows[KEY].itertuples(index=False)]
     rows["lr"] = [fmt_lr(groups.lr[k]) for k in keys]
     rows["runs"] = [groups.runs[k] for k in keys]
-    cells = rows[["task", "method", "model", "n_train", "lr", "runs", "settings"]].copy()
+    rows[DRAWS_COLUMN] = [groups.draws[k] for k in keys]
+    shown = ["task", "method", "model", "n_train", "lr", "runs"] + [DRAWS_COLUMN] * pooled_draws(part) + ["settings"]
+    cells = rows[shown].copy()
     best, means = pd.DataFrame(index=rows.index), pd.DataFrame(index=rows.index)
     for metric in metrics:
         m = part[part.metric == metric].set_index(KEY)
@@ -119,6 +128,11 @@ def wide(table: pd.DataFrame, task: str) -> tuple[pd.DataFrame, pd.DataFrame, pd
         cells[metric] = ["" if s is None else cell_text(s) for s in stats]
         best[metric] = [s is not None and s["verdict"] == "best" for s in stats]
     return cells, best, means, metrics
+
+
+def pooled_draws(table: pd.DataFrame) -> bool:
+    """Whether a row of these aggregates pools runs on more than one data draw (load.DRAWS)."""
+    return bool((table.data_draws > 1).any())
 
 
 def point_labels(rows: pd.DataFrame) -> list[str]:
@@ -233,8 +247,9 @@ def markdown_board(board: Board) -> str:
         + board.kept_out[KEPT_OUT_COLUMNS].map(md).to_markdown(index=False)
         + "\n"
     )
+    draws = f" {DRAWS_NOTE}" if pooled_draws(board.table) else ""
     directions = (
-        f"Higher is better: ↑, lower is better: ↓ (clbench.metrics.METRICS). {CELLS_NOTE} lr: the group's "
+        f"Higher is better: ↑, lower is better: ↓ (clbench.metrics.METRICS). {CELLS_NOTE}{draws} lr: the group's "
         "method_config.lr. Headline metrics; every metric is in index.html and leaderboard.csv.\n\n"
     )
     return "# clbench leaderboard\n\n" + directions + "\n".join(sections) + kept

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from clbench.errors import ClbenchError
 from clbench.records import open_store
-from clbench.report.format import markdown_board
+from clbench.report.format import markdown_board, pooled_draws
 from clbench.report.load import KEY, load, read_board
 from clbench.report.page import page
 
@@ -27,7 +27,8 @@ def build(db: str | Path, out: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     (out / "index.html").write_text(page(board, db), encoding="utf-8")
     (out / "leaderboard.md").write_text(markdown_board(board), encoding="utf-8")
-    board.table.sort_values(KEY + ["metric"]).to_csv(out / "leaderboard.csv", index=False)
+    table = board.table if pooled_draws(board.table) else board.table.drop(columns="data_draws")  # 1 everywhere
+    table.sort_values(KEY + ["metric"]).to_csv(out / "leaderboard.csv", index=False)
     return out
 
 

@@ -24,6 +24,9 @@ from clbench.storage import ResultStore
 from clbench.store import REPORTED
 
 KEY = ["task", "method", "model", "settings", "n_train"]  # a run group: one row of the tables, over its seeds
+# Task params that draw the experiment's data as the seed draws its training: runs that differ in one are pooled
+# as one row's runs (an interval over data draws × model seeds), never made different rows (swept_params).
+DRAWS = ("data_seed",)
 GENERATION_COLUMNS = ["source", "prompt", "generated", "reference", "new_tokens"]
 
 
@@ -48,6 +51,7 @@ def load(store: ResultStore) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     configs = runs.config.map(json.loads)
     runs["n_train"] = configs.map(lambda c: c.get("budget", {}).get("n_train"))
     runs["lr"] = configs.map(lambda c: (c.get("method_config") or {}).get("lr"))
+    runs["data_seed"] = configs.map(lambda c: (c.get("params") or {}).get("data_seed"))
     runs["settings"] = [
         ", ".join(filter(None, pair)) for pair in zip(swept_params(runs.task, configs), configs.map(settings))
     ]
@@ -78,12 +82,16 @@ def settings(config: dict) -> str:
 def swept_params(tasks: pd.Series, configs: pd.Series) -> list[str]:
     """Per run, "key=value, ..." of its task params whose values differ between the runs of its task here (a
     sweep's points, e.g. dictionary_size); "" where none do. They join the run's settings, so runs that differ in
-    a task param are different rows, never one row's seeds."""
+    a task param are different rows, never one row's seeds; DRAWS excepted."""
     params = [c.get("params") or {} for c in configs]
     shown = [""] * len(params)
     for rows in pd.Series(range(len(params))).groupby(tasks.to_numpy()).groups.values():
         keys = sorted({key for row in rows for key in params[row]})
-        varying = [k for k in keys if len({json.dumps(params[row].get(k), sort_keys=True) for row in rows}) > 1]
+        varying = [
+            k
+            for k in keys
+            if k not in DRAWS and len({json.dumps(params[row].get(k), sort_keys=True) for row in rows}) > 1
+        ]
         for row in rows:
             shown[row] = ", ".join(f"{k}={params[row].get(k)}" for k in varying)
     return shown
@@ -93,13 +101,14 @@ def swept_params(tasks: pd.Series, configs: pd.Series) -> list[str]:
 
 
 def aggregate(values: pd.DataFrame) -> pd.DataFrame:
-    """One row per KEY × metric: mean and sample std over runs, runs counted, the group's lr; the
+    """One row per KEY × metric: mean and sample std over runs, runs and data draws (DRAWS) counted, the group's lr; the
     seed statistics (n_seeds: finite values, ci95: CI half-width), eval_se (the mean of the runs'
     `<metric>_se`, where they store one), and p_vs_best / verdict against the best row of the
     task's column (compare_with_best)."""
     grouped = values.groupby(KEY + ["metric"], dropna=False)
     table = grouped.value.agg(mean="mean", std="std").reset_index()
     table["runs"] = grouped.run_id.nunique().values
+    table["data_draws"] = grouped.data_seed.nunique().values
     table["higher_is_better"] = table.metric.map(direction)
     table["lr"] = grouped.lr.first().values
     samples = [finite(v) for v in grouped.value.apply(list)]

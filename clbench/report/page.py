@@ -19,6 +19,7 @@ import pandas as pd
 
 from clbench.metrics import headline
 from clbench.report.format import (
+    DRAWS_NOTE,
     KEPT_OUT_COLUMNS,
     LM_EVAL_HEADING,
     SEARCHES_HEADING,
@@ -31,6 +32,7 @@ from clbench.report.format import (
     html_table,
     lm_eval_cells,
     point_labels,
+    pooled_draws,
     search_cells,
     table_rows,
     wide,
@@ -57,6 +59,7 @@ def page(board: Board, db: str | Path) -> str:
     return page_template().substitute(
         generated=esc(now().isoformat(timespec="seconds")),
         db=esc(db),
+        draws=f" {esc(DRAWS_NOTE)}" if board.tasks and pooled_draws(board.table) else "",
         overview=overview_table(board.table, board.tasks) if board.tasks else NONE_FINISHED,
         legend=metric_legend(sorted(set(board.table.metric))),
         sections=("".join(sections) or NONE_FINISHED) + html_section(board.values),

@@ -291,6 +291,13 @@ def pick_reference(groups: dict[tuple, pd.DataFrame]) -> tuple | None:
     return min(candidates, key=lambda k: (-groups[k].run_id.nunique(), str(k[1])))
 
 
+def draws_label(runs: pd.DataFrame) -> str:
+    """The seeds of a run group, "0,1,2"; "0,1,2 × data 0,1,2" where it pools data draws (load.DRAWS)."""
+    label = ",".join(str(s) for s in sorted(runs.seed.unique()))
+    data = sorted(runs.data_seed.dropna().unique()) if "data_seed" in runs else []
+    return label + (f" × data {','.join(str(int(d)) for d in data)}" if len(data) > 1 else "")
+
+
 def block_row(
     table: Table,
     task: str,
@@ -313,7 +320,7 @@ def block_row(
         "n_train": "" if n_train is None or pd.isna(n_train) else str(int(n_train)),
         "method": method,
         "lr": "" if runs is None else fmt_lr(runs.lr.iloc[0]),
-        "seeds": "" if runs is None else ",".join(str(s) for s in sorted(runs.seed.unique())),
+        "seeds": "" if runs is None else draws_label(runs),
     }
     for metric in (*table.metrics, *table.measured_also, *table.shown):
         mine = seed_values(runs, metric)
