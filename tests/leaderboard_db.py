@@ -26,6 +26,7 @@ def record(
     profile: str | None = None,
     split: str | None = None,
     generations: list[tuple] = (),
+    task_version: int = 1,
 ) -> None:
     config = {
         "task": task,
@@ -43,7 +44,7 @@ def record(
         {
             "run_id": run_id,
             "task": task,
-            "task_version": 1,
+            "task_version": task_version,
             "method": method,
             "model": model,
             "seed": seed,

@@ -353,3 +353,19 @@ def test_data_draws_are_pooled_with_model_seeds_and_the_page_says_so(tmp_path):
     assert "data draws" not in (out / "leaderboard.md").read_text()
     assert "data draws" not in (out / "index.html").read_text()
     assert "data_draws" not in (out / "leaderboard.csv").read_text().splitlines()[0].split(",")
+
+
+def test_runs_of_two_task_versions_are_never_pooled_as_seeds(tmp_path):
+    """A database holding a task's runs before and after its version changed (what its measures read changed):
+    one row per version, each over its own seeds; a task with one version names none."""
+    store = Store(tmp_path / "r.duckdb")
+    for version, losses in {1: (3.0, 3.2), 3: (4.0, 4.4)}.items():
+        for seed, loss in enumerate(losses):
+            record(store, f"v{version}-{seed}", "pw", "fft", "tiny", seed, {"target_loss": loss}, task_version=version)
+    record(store, "other", "arith", "fft", "tiny", 0, {"target_loss": 1.0}, task_version=2)
+    table = aggregate(load(store)[0])
+    assert table[["task", "settings", "runs", "mean"]].to_dict("records") == [
+        {"task": "arith", "settings": "lr=0.01, init=random", "runs": 1, "mean": 1.0},
+        {"task": "pw", "settings": "task version 1, lr=0.01, init=random", "runs": 2, "mean": pytest.approx(3.1)},
+        {"task": "pw", "settings": "task version 3, lr=0.01, init=random", "runs": 2, "mean": pytest.approx(4.2)},
+    ]

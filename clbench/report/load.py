@@ -44,7 +44,8 @@ def direction(metric: str) -> bool | None:
 def load(store: ResultStore) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """→ (values: one row per finished run × metric, with provenance; runs kept out with reasons; all runs)."""
     runs = store.query(
-        "SELECT run_id, task, method, model, seed, status, reason, config, versions, git_commit, finished_at FROM runs "
+        "SELECT run_id, task, task_version, method, model, seed, status, reason, config, versions, git_commit, "
+        "finished_at FROM runs "
         f"WHERE {REPORTED}"
     )
     values = store.query("SELECT run_id, metric, value FROM results WHERE status = 'finished' AND metric IS NOT NULL")
@@ -53,7 +54,8 @@ def load(store: ResultStore) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     runs["lr"] = configs.map(lambda c: (c.get("method_config") or {}).get("lr"))
     runs["data_seed"] = configs.map(lambda c: (c.get("params") or {}).get("data_seed"))
     runs["settings"] = [
-        ", ".join(filter(None, pair)) for pair in zip(swept_params(runs.task, configs), configs.map(settings))
+        ", ".join(filter(None, parts))
+        for parts in zip(versions(runs), swept_params(runs.task, configs), configs.map(settings))
     ]
     runs["profile"] = configs.map(lambda c: c.get("profile") or "")  # "": the task's default
     runs["clbench"] = runs.versions.map(lambda v: (json.loads(v) or {}).get("clbench") if v else None)
@@ -77,6 +79,13 @@ def settings(config: dict) -> str:
     parts = [f"{k}={v}" for k, v in sorted(config.get("method_config", {}).items())]
     parts += [f"{k}={config[k]}" for k in ("init", "profile") if config.get(k) is not None]
     return ", ".join(parts)
+
+
+def versions(runs: pd.DataFrame) -> list[str]:
+    """Per run, "task version N" where its task's runs here are of more than one version (a task's version
+    changes what its measures read: its runs are never one row's seeds); "" elsewhere."""
+    mixed = runs.groupby("task").task_version.transform("nunique") > 1
+    return [f"task version {v}" if m else "" for v, m in zip(runs.task_version, mixed)]
 
 
 def swept_params(tasks: pd.Series, configs: pd.Series) -> list[str]:
