@@ -345,6 +345,9 @@ def test_data_draws_are_pooled_with_model_seeds_and_the_page_says_so(tmp_path):
     assert "its runs are data draws × model seeds" in text
     assert "its runs are data draws × model seeds" in (out / "index.html").read_text()
     assert "data_draws" in (out / "leaderboard.csv").read_text().splitlines()[0].split(",")
+    lines = summary(store, task="pw", wide=True).splitlines()
+    seeds = [line.split()[5:8] for line in lines[2:4]]
+    assert seeds == [["6", "(3", "data)"], ["1", "dictionary_size=4,", "lr=0.01,"]]  # s=4: one run, one draw
 
     single = Store(tmp_path / "one.duckdb")
     record(single, "a", "pw", "et", "tiny", 0, {"target_loss": 4.0}, params={"data_seed": 1})

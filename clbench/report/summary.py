@@ -81,8 +81,15 @@ def left_out_line(names: list[str]) -> str:
 
 def rows(table: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
     """One row per run group (KEY): task, method, model, n_train, lr, seeds, [settings], a column per metric."""
-    groups = table.groupby(KEY, dropna=False, sort=True).agg(lr=("lr", "first"), seeds=("runs", "max")).reset_index()
-    shown = groups[["task", "method", "model", "n_train"]].assign(lr=groups.lr.map(fmt_lr), seeds=groups.seeds)
+    groups = (
+        table.groupby(KEY, dropna=False, sort=True)
+        .agg(lr=("lr", "first"), seeds=("runs", "max"), draws=("data_draws", "max"))
+        .reset_index()
+    )
+    seeds = groups.seeds
+    if (groups.draws > 1).any():  # runs over data draws × model seeds (load.DRAWS)
+        seeds = [f"{n} ({d} data)" if d > 1 else str(n) for n, d in zip(groups.seeds, groups.draws)]
+    shown = groups[["task", "method", "model", "n_train"]].assign(lr=groups.lr.map(fmt_lr), seeds=seeds)
     if shown.drop(columns="seeds").duplicated().any():
         shown["settings"] = groups.settings
     for metric in metrics:
