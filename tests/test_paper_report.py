@@ -13,6 +13,7 @@ from clbench.report.load import load
 from clbench.report.paper import (
     HOLDS,
     NO_CLAIM,
+    NOT_MEASURED,
     NOT_RUN,
     NOT_SIGNIFICANT,
     ONE_SEED,
@@ -88,12 +89,16 @@ def paper_db(path) -> Store:
         "fft": [(2.0, 0.5, 0.5, 0.02), (2.1, 0.6, 0.6, 0.03), (2.2, 0.7, 0.7, 0.04)],
         "lora": [(3.0, 0.1, 0.1, -0.02), (3.5, 0.1, 0.2, -0.03), (2.6, 0.2, 0.2, -0.04)],  # made up: below et's
         "pt": [(4.0, 0.3, 5.0, 0.5)],
+        "nonew": [(3.6, 0.2, 0.2, 0.1), (3.8, 0.3, 0.3, 0.2)],  # the control: no paper number, no verdict
     }
+    after_new = {"et": [4.0, 4.1, 4.2], "fft": [4.5, 4.6, 4.7]}  # the control adds no token: it has none
     small = "builtin:smollm2-135m"
     for method, seeds in words.items():
         for seed, (loss, fo, ff, kl) in enumerate(seeds):
             values = {"target_loss": loss, "forgetting_oldvocab": fo, "forgetting_full": ff, "old_loss_base": 3.5}
             values["drift_kl_oldvocab"] = kl
+            if method in after_new:
+                values["after_new_loss"] = after_new[method][seed]
             record(store, f"w-{method}{seed}", "pseudowords", method, small, seed, values, profile="cpu", n_train=256)
     tune = {"target_loss": 99.0, "forgetting_oldvocab": 99.0}
     record(store, "w-tune", "pseudowords", "fft", small, 3, tune, profile="cpu", n_train=256, split="validation")
@@ -136,9 +141,10 @@ def test_pseudoword_rows_keep_profiles_apart_and_leave_tuning_runs_out(values):
     assert cells(table, ["model", "profile", "scale", "n_train", "method", "seeds"]) == [
         ("builtin:smollm2-135m", "cpu", "CPU scale", "256", m, s)
         for m, s in (("et", "0,1,2"), ("distill", "0,1"), ("fft", "0,1,2"), ("lora", "0,1,2"), ("pt", "0"))
+        + (("nonew", "0,1"),)
     ] + [
         ("meta-llama/Llama-3.1-8B", "paper", "paper scale (GPU)", "1000", m, "0" if m == "et" else "")
-        for m in ("et", "distill", "fft", "lora", "pt")
+        for m in ("et", "distill", "fft", "lora", "pt", "nonew")
     ]
     assert cells(table, ["target_loss: paper", "target_loss: clbench", "target_loss: verdict"]) == [
         ("2.42", "3.10 ± 0.25", "(reference)"),
@@ -146,19 +152,32 @@ def test_pseudoword_rows_keep_profiles_apart_and_leave_tuning_runs_out(values):
         ("4.4", "2.10 ± 0.25", "reversed (p = 0.00026)"),  # not 99: the validation-split run never counts
         ("7.63", "3.0 ± 1.1", "not significant (p = 0.82)"),
         ("3.79", "4", ONE_SEED),
+        ("", "3.7 ± 1.3", NO_CLAIM),
         ("2.42", "2.5", "(reference)"),
         ("", NOT_RUN, NO_CLAIM),
         ("4.4", NOT_RUN, NOT_RUN),
         ("7.63", NOT_RUN, NOT_RUN),
         ("3.79", NOT_RUN, NOT_RUN),
+        ("", NOT_RUN, NO_CLAIM),
     ]
-    assert table["forgetting_oldvocab: verdict"].tolist()[:5] == [
+    assert table["forgetting_oldvocab: verdict"].tolist()[:6] == [
         "(reference)",
         NO_CLAIM,
         "direction holds (p = 0.0091)",
         "not significant (p = 0.057)",
         ONE_SEED,
+        NO_CLAIM,
     ]
+    # the new tokens' own measure beside them, n/a for runs without it (the control adds no token)
+    assert table["after_new_loss: clbench"].tolist()[:6] == [
+        "4.10 ± 0.25",
+        NOT_MEASURED,
+        "4.60 ± 0.25",
+        NOT_MEASURED,
+        NOT_MEASURED,
+        NOT_MEASURED,
+    ]
+    assert "after_new_loss: verdict" not in table and "after_new_loss: paper" not in table
     assert table["forgetting_full: clbench"].tolist()[:3] == ["0.30 ± 0.25", "0.15 ± 0.64", "0.60 ± 0.25"]
     # the same claim measured as drift: the paper's direction (fft, lora, pt forget more than et), no paper number
     assert cells(table, ["drift_kl_oldvocab: clbench", "drift_kl_oldvocab: verdict"])[:5] == [
@@ -180,12 +199,15 @@ def test_cross_lingual_rows_mark_tasks_not_run_and_cells_without_a_paper_claim(v
         ("xling-es", "—", "et", "2.3", NOT_RUN, "(reference)"),
         ("xling-es", "—", "distill", "", NOT_RUN, NO_CLAIM),
         ("xling-es", "—", "fft", "5.56", NOT_RUN, NOT_RUN),
+        ("xling-es", "—", "nonew", "", NOT_RUN, NO_CLAIM),
         ("xling-ar", "—", "et", "2.82", NOT_RUN, "(reference)"),
         ("xling-ar", "—", "distill", "", NOT_RUN, NO_CLAIM),
         ("xling-ar", "—", "fft", "", NOT_RUN, NO_CLAIM),  # the paper has no FFT for Arabic
+        ("xling-ar", "—", "nonew", "", NOT_RUN, NO_CLAIM),
         ("xling-de", EVIL, "et", "", "2", "(reference)"),
         ("xling-de", EVIL, "distill", "", NOT_RUN, NO_CLAIM),
         ("xling-de", EVIL, "fft", "", "2.5", NO_CLAIM),
+        ("xling-de", EVIL, "nonew", "", NOT_RUN, NO_CLAIM),
     ]
 
 

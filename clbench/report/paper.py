@@ -30,6 +30,7 @@ REFERENCE = "et"  # every claim of the paper's tables compares a method with ET
 HOLDS, REVERSED, NOT_SIGNIFICANT, NOT_RUN = "direction holds", "reversed", "not significant", "not run"
 ONE_SEED = f"{NOT_SIGNIFICANT} (one seed, untested)"
 NO_CLAIM = "—"  # the paper publishes no pair of numbers to take a direction from
+NOT_MEASURED = "n/a"  # the method's runs have no such measure: after_new_loss of the control, which adds no token
 PAPER_SCALE = "paper scale (GPU)"
 CPU_SCALE = "CPU scale"
 PAPER = "Memory as a Markov Matrix: Sample Efficient Knowledge Expansion via Token-to-Dictionary Mapping (ICML 2026)"
@@ -84,6 +85,12 @@ AFTER_THE_PAPER = (
     "states match its own on the original spelling) came after the paper: its row stands beside et with no paper "
     "number and no verdict."
 )
+CONTROL = (
+    "nonew, the control (issue 37), trains as fft does on the task's training text with no new token (each new "
+    "token's text as the base tokenizes it): what adapting to the corpus does without new states. after_new_loss "
+    "is the new tokens' own measure, the loss of the 1 to 4 tokens after each new token (n/a where a method adds "
+    "none). Both are shown with no paper number and no verdict."
+)
 
 # The paper's numbers in clbench's units: accuracies as fractions (the paper's % / 100), losses in nats per token.
 TABLES = (
@@ -118,9 +125,9 @@ TABLES = (
         model="meta-llama/Llama-3.1-8B",
         scale="N = 1000 training sentences, 100 pseudo-words, WikiText-103 (clbench: `--profile paper`)",
         tasks=("pseudowords",),
-        methods=("et", "distill", "fft", "lora", "pt"),
+        methods=("et", "distill", "fft", "lora", "pt", "nonew"),
         metrics={"target_loss": "test loss", "forgetting_oldvocab": "WikiText forgetting"},
-        shown=("forgetting_full",),
+        shown=("forgetting_full", "after_new_loss"),
         measured_also={"drift_kl_oldvocab": "forgetting_oldvocab"},
         published={
             "pseudowords": {
@@ -134,7 +141,12 @@ TABLES = (
         note=(
             "The paper's forgetting is compared with forgetting_oldvocab (old-vocabulary softmax), under which "
             "ET's forgetting is 0 by construction, as the paper's is; forgetting_full (the softmax over old and "
-            "new tokens) is shown beside it without a paper number or verdict. " + DRIFT_NOTE + " " + AFTER_THE_PAPER
+            "new tokens) is shown beside it without a paper number or verdict. "
+            + DRIFT_NOTE
+            + " "
+            + AFTER_THE_PAPER
+            + " "
+            + CONTROL
         ),
     ),
     Table(
@@ -143,9 +155,9 @@ TABLES = (
         model="Qwen/Qwen2.5-3B",
         scale="the paper's set-up (clbench: `--profile paper`)",
         tasks=("xling-es", "xling-ar", "xling-de"),
-        methods=("et", "distill", "fft"),
+        methods=("et", "distill", "fft", "nonew"),
         metrics={"target_loss": "loss", "forgetting_oldvocab": "English forgetting"},
-        shown=("forgetting_full",),
+        shown=("forgetting_full", "after_new_loss"),
         measured_also={"drift_kl_oldvocab": "forgetting_oldvocab"},
         published={
             "xling-es": {
@@ -157,7 +169,7 @@ TABLES = (
         note=(
             "The paper publishes FFT for Spanish only and nothing for German (xling-de): those cells have no "
             "direction to test. Its forgetting is compared with forgetting_oldvocab; forgetting_full is shown "
-            "beside it without a paper number or verdict. " + DRIFT_NOTE + " " + AFTER_THE_PAPER
+            "beside it without a paper number or verdict. " + DRIFT_NOTE + " " + AFTER_THE_PAPER + " " + CONTROL
         ),
     ),
 )
@@ -328,7 +340,7 @@ def block_row(
         paper = published.get(method, {}).get(compared)
         if metric in table.metrics:
             row[f"{metric}: paper"] = "" if paper is None else fmt(paper)
-        row[f"{metric}: clbench"] = fmt_ci(*mean_ci(mine)) if len(mine) else NOT_RUN
+        row[f"{metric}: clbench"] = fmt_ci(*mean_ci(mine)) if len(mine) else NOT_RUN if runs is None else NOT_MEASURED
         if compared is not None:
             sign = paper_sign(paper, published.get(REFERENCE, {}).get(compared))
             if method == REFERENCE:

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Issue 37's reruns of every text table on task version 3, one after another, each into its table's database
+# under LEADERBOARD (default: this checkout's leaderboard/). Finished runs and searches are kept, so a session
+# starts it again and it goes on where the last one stopped; stop it (kill), CHECKPOINT the database being
+# written (duckdb.connect(path).execute("CHECKPOINT")) and commit what it holds. Run it from a frozen worktree of
+# one commit so that every run of a table comes from the same code:
+#
+#   git worktree add --detach ../frozen HEAD && cd ../frozen && PYTHONPATH=$PWD bash bench/republish_text.sh ~/clbench/leaderboard
+#
+# The order is the publication order: pseudowords (every method, then data draws 1 and 2), the s sweep, then
+# xling-es, xling-de, xling-ar (every method searched on validation, bench/xling_cpu.sh).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+lb=$(cd "${1:-$here/../leaderboard}" && pwd)
+say() { echo "== $(date -u +%FT%TZ) $*"; }
+say "clbench $(git -C "$here" rev-parse --short HEAD) → $lb"
+
+pw=$lb/pseudowords-cpu-v3/results.duckdb
+mkdir -p "$(dirname "$pw")"
+# pseudowords-cpu-v2's validation choices (its searches read the target set, which version 3 reads as version 2)
+for pair in et:0.0333 fft:1e-4 nonew:3.33e-5 lora:1e-3 et-full:0.03; do
+    say "pseudowords ${pair%%:*} at lr ${pair##*:}"
+    clbench run --task pseudowords --profile cpu --method "${pair%%:*}" --set lr="${pair##*:}" --seeds 0,1,2 --db "$pw"
+done
+methods=(et fft nonew lora et-full pt replay et-out et-dict ewc distill)
+CENTRE=pseudowords bash "$here/xling_cpu.sh" pseudowords "$pw" "${methods[@]:5}"
+bash "$here/data_draws.sh" pseudowords "$pw" "${methods[@]}"
+
+sw=$lb/pseudowords-sweep-cpu/results.duckdb
+say "pseudowords s sweep at et's lr"
+clbench sweep --task pseudowords --method et --profile cpu --n 16,32,64,128,256 --param dictionary_size=1,2,4,8 \
+    --seeds 0,1,2 --set lr=0.0333 --db "$sw"
+
+for lang in es de ar; do
+    db=$lb/xling-$lang-cpu-v3/results.duckdb
+    mkdir -p "$(dirname "$db")"
+    bash "$here/xling_cpu.sh" "xling-$lang" "$db" "${methods[@]}"
+done
+say "done"
