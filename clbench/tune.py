@@ -13,7 +13,8 @@ smaller lr; a point that diverged, or scored non-finite, is never chosen. The ch
 search are stored in the `tuned` table, keyed by everything the run depends on but lr and seed,
 so `clbench run --tuned` applies it exactly where it was made. A later `tune` of the same key
 extends the stored search: its points on the same seeds are kept beside the new grid's, so
-`--grid 1e-2` past an edge chooses among every point searched, not that one alone; `--past-edges N` takes
+`--grid 1e-2` past an edge chooses among every point searched, not that one alone (each stored point read
+again from its runs on the task's tune_metric of now); `--past-edges N` takes
 up to N such steps itself, and a choice left on an edge of its search is said so, with the next point to try. The search's rules are clbench/lrsearch.py.
 """
 
@@ -109,13 +110,22 @@ class Searcher:
         run_ids = [o.run_id for o in outcomes]
         return {"lr": lr, "seeds": self.seeds, "values": values, "mean": mean(values), "run_ids": run_ids}
 
+    def rescored(self, point: dict) -> dict:
+        """A stored point read again from its runs on this search's objective: a task's tune_metric may have
+        changed since the point was searched, and a mean of another metric must not join the choice."""
+        if "run_ids" not in point:
+            return point
+        values = [_value(self.store, run_id, self.objective) for run_id in point["run_ids"]]
+        return {**point, "values": values, "mean": mean(values)}
+
     def choose(self, method: MethodSpec, grid: list[float], past_edges: int) -> Choice:
         """The grid searched (joined by the stored search of its key), then up to past_edges points past an
         edge; the choice stored."""
         search = [self.point(method, lr) for lr in grid]
         first = self.plans[method.name, grid[0], self.seeds[0]]  # the key and model (lr is not in the key)
         key = tune_key(first.config, self.options)
-        search = extended(self.store.tuned_search(key), search, log=self.log)
+        stored = [self.rescored(point) for point in self.store.tuned_search(key)]
+        search = extended(stored, search, log=self.log)
         best = choose(search)
         said = f"  tune {self.task.name} × {method.name}:"
         for _ in range(past_edges):

@@ -73,6 +73,27 @@ def test_tune_past_an_edge_chooses_among_every_point_searched(tiny_cli, tmp_path
     assert (tuned.lr[0], tuned.score[0]) == (best["lr"], best["mean"])
 
 
+def test_a_stored_search_joins_the_choice_on_the_tasks_objective_of_now(tmp_path, capsys, monkeypatch, tiny_cli):
+    monkeypatch.setenv("CLBENCH_CACHE", str(tmp_path / "cache"))
+    db, tasks = tmp_path / "r.duckdb", tmp_path / "tasks"
+    tune = ["tune", "--task", TASK, "--task-dir", str(tasks), "--db", str(db), "--method", "et"]
+    write_tiny_task(tasks, tiny_cli.model)  # tune_metric: target_loss
+    assert main([*tune, "--grid", "0.03"]) == 0
+    write_tiny_task(tasks, tiny_cli.model, tune_metric="forgetting_full")
+    assert main([*tune, "--grid", "0.001"]) == 0
+    capsys.readouterr()
+    store = Store(db)
+    value = lambda run_id, metric: store.query(
+        "SELECT value FROM metrics WHERE run_id = ? AND metric = ?", [run_id, metric]
+    ).value[0]
+    (search,) = [json.loads(s) for s in store.query("SELECT search FROM tuned").search]
+    assert [p["lr"] for p in search] == [0.001, 0.03]
+    for point in search:  # the 0.03 point was searched on target_loss, and is read again on forgetting_full
+        assert point["values"] == [value(point["run_ids"][0], "forgetting_full")]
+    assert value(search[1]["run_ids"][0], "forgetting_full") != value(search[1]["run_ids"][0], "target_loss")
+    assert store.query("SELECT objective FROM tuned").objective[0] == "forgetting_full"
+
+
 def test_past_edges_searches_one_grid_step_past_the_edge_the_choice_sits_on(tiny_cli, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("CLBENCH_CACHE", str(tmp_path / "cache"))
     db = tmp_path / "r.duckdb"
