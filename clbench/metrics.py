@@ -497,7 +497,7 @@ register_metric(
 register_metric(
     "target_bpb",
     higher_is_better=False,
-    definition="bits per UTF-8 byte of the held-out target completions: Σ NLL (full softmax, every scored position) / ln 2 / the bytes those positions cover; compares across tokenizers",
+    definition="bits per UTF-8 byte of the held-out target completions: Σ NLL (full softmax, every scored position) / ln 2 / the bytes those positions cover; compares across tokenizers. For a method trained under the old softmax (et, et-dict, pt) it also scores what the method never trains: the new tokens where they are the target, and on a tied head the mass its new rows take as outputs (target_loss and after_new_loss are its measures)",
     headline={"summary": 26, "leaderboard": 41},
     score=lambda r: bits_per_byte(r.target.nll_full, r.target.n_bytes) if r.target.n_bytes else None,
 )
