@@ -8,6 +8,7 @@
 #
 # CENTRE=pseudowords takes each c from that task's cpu choices instead (the republication of issue 37); the
 # control nonew, which trains as fft does, is centred on fft's choice where the task has none of its own.
+# PAST_EDGES=N takes up to N points past an edge instead of 2.
 set -euo pipefail
 if [ $# -lt 3 ]; then
     echo "usage: bench/xling_cpu.sh TASK DB METHOD..." >&2
@@ -30,7 +31,7 @@ for method in "$@"; do
     grid=$(grid_of "$method")
     args=(--task "$task" --profile cpu --method "$method" --db "$db")
     echo "== $(date -u +%FT%TZ) $task $method: search $grid"
-    clbench tune "${args[@]}" --grid "$grid" --past-edges 2 --seeds 0
+    clbench tune "${args[@]}" --grid "$grid" --past-edges "${PAST_EDGES:-2}" --seeds 0
     echo "== $(date -u +%FT%TZ) $task $method: test, seeds 0,1,2"
     clbench run "${args[@]}" --tuned --seeds 0,1,2
 done
