@@ -20,18 +20,21 @@ say "clbench $(git -C "$here" rev-parse --short HEAD) → $lb"
 pw=$lb/pseudowords-cpu-v3/results.duckdb
 mkdir -p "$(dirname "$pw")"
 # pseudowords-cpu-v2's validation choices (its searches read the target set, which version 3 reads as version 2)
-for pair in et:0.0333 fft:1e-4 nonew:3.33e-5 lora:1e-3 et-full:0.03; do
+chosen=(et:0.0333 fft:1e-4 nonew:3.33e-5 lora:1e-3 et-full:0.03)
+searched=(pt replay et-out et-dict ewc distill)
+methods=("${chosen[@]%%:*}" "${searched[@]}")
+for pair in "${chosen[@]}"; do
     say "pseudowords ${pair%%:*} at lr ${pair##*:}"
     clbench run --task pseudowords --profile cpu --method "${pair%%:*}" --set lr="${pair##*:}" --seeds 0,1,2 --db "$pw"
 done
-methods=(et fft nonew lora et-full pt replay et-out et-dict ewc distill)
-CENTRE=pseudowords bash "$here/xling_cpu.sh" pseudowords "$pw" "${methods[@]:5}"
+CENTRE=pseudowords bash "$here/xling_cpu.sh" pseudowords "$pw" "${searched[@]}"
 bash "$here/data_draws.sh" pseudowords "$pw" "${methods[@]}"
 
 sw=$lb/pseudowords-sweep-cpu/results.duckdb
-say "pseudowords s sweep at et's lr"
+et_lr=${chosen[0]##*:}
+say "pseudowords s sweep at et's lr $et_lr"
 clbench sweep --task pseudowords --method et --profile cpu --n 16,32,64,128,256 --param dictionary_size=1,2,4,8 \
-    --seeds 0,1,2 --set lr=0.0333 --db "$sw"
+    --seeds 0,1,2 --set lr="$et_lr" --db "$sw"
 
 for lang in es de ar; do
     db=$lb/xling-$lang-cpu-v3/results.duckdb
