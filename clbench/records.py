@@ -345,9 +345,11 @@ class RecordStore:
             os.replace(partial, folder / f"{task.replace('/', '_')}.parquet")
 
     def record_tuned(self, row: dict) -> None:
-        """Insert or replace one tuning choice (a rerun of `clbench tune` replaces it)."""
+        """Insert or replace one tuning choice (a rerun of `clbench tune` replaces it); chosen now unless the row
+        says when (a merge copies a choice as it was made)."""
         self.create()
-        stored = dict(row, search=json.dumps(row["search"], sort_keys=True), chosen_at=now().isoformat())
+        chosen_at = (row.get("chosen_at") or now()).isoformat()
+        stored = dict(row, search=json.dumps(row["search"], sort_keys=True), chosen_at=chosen_at)
         self._write(self.path / "tuned" / f"{row['tune_key']}.json", json.dumps(stored))
 
     def _write(self, path: Path, text: str) -> None:
@@ -487,12 +489,14 @@ def merge_into_records(into: RecordStore, source: ResultStore, combine=None) -> 
 def _merge_tuned(into: RecordStore, source: ResultStore, combine) -> tuple[int, int]:
     """source's tuning choices into `into` → (choices stored, choices kept as they were)."""
     tuned = kept = 0
-    for row in source.query("SELECT * EXCLUDE (chosen_at) FROM tuned ORDER BY tune_key").to_dict("records"):
+    for row in source.query("SELECT * FROM tuned ORDER BY tune_key").to_dict("records"):
         there = row | {"search": json.loads(row["search"]) if isinstance(row["search"], str) else row["search"]}
-        made = storage.merged_choice(into.tuned_search(row["tune_key"]) or None, there, combine)
+        if here := into._tuned(row["tune_key"]):
+            here |= {"search": json.loads(here["search"]), "chosen_at": datetime.fromisoformat(here["chosen_at"])}
+        made = storage.merged_choice(here, there, combine)
         if made is None:
             kept += 1
             continue
-        into.record_tuned(made)
+        into.record_tuned(made if made is there else made | {"chosen_at": None})  # a new choice from both: now
         tuned += 1
     return tuned, kept

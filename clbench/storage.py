@@ -86,7 +86,8 @@ class ResultStore(Protocol):
         """Replace a run's lm-eval rows for the tasks in `rows`."""
 
     def record_tuned(self, row: dict) -> None:
-        """Insert or replace one tuning choice (a rerun of `clbench tune` replaces it)."""
+        """Insert or replace one tuning choice (a rerun of `clbench tune` replaces it); chosen now unless the row
+        says when (a merge copies a choice as it was made)."""
 
     def tuned_search(self, tune_key: str) -> list[dict]:
         """The search stored with a tuning choice; [] where none is stored."""
@@ -184,12 +185,16 @@ def takes(here: str | None, there: str) -> bool:
     return here is None or (here != "finished" and there == "finished")
 
 
-def merged_choice(here: list[dict] | None, row: dict, combine) -> dict | None:
-    """A source's tuning choice `row` (its search parsed) for a key stored here with search `here` (None: no choice
-    stored): the row to store, or None to keep here's. Both stored: combine(here, there) → (search, its choice)."""
+def merged_choice(here: dict | None, row: dict, combine) -> dict | None:
+    """A source's tuning choice `row` (its search parsed) for a key stored here as `here` ({search, objective,
+    chosen_at}; None: no choice stored): the row to store, or None to keep here's. Both stored on one objective:
+    combine(here's search, there's) → (search, its choice). On two objectives (a task's tune_metric changed between
+    the searches) the later choice stands whole: means of two metrics are never joined into one search."""
     if here is None:
         return row
-    made = combine(here, row["search"]) if combine else None
+    if here["objective"] != row["objective"]:
+        return row if row["chosen_at"] > here["chosen_at"] else None
+    made = combine(here["search"], row["search"]) if combine else None
     if made is None:
         return None
     search, best = made

@@ -329,8 +329,9 @@ class Store:
             db.execute("COMMIT")
 
     def record_tuned(self, row: dict) -> None:
-        """Insert or replace one tuning choice (a rerun of `clbench tune` replaces it)."""
-        row = dict(row, search=json.dumps(row["search"], sort_keys=True), chosen_at=now())
+        """Insert or replace one tuning choice (a rerun of `clbench tune` replaces it); chosen now unless the row
+        says when (a merge copies a choice as it was made)."""
+        row = dict(row, search=json.dumps(row["search"], sort_keys=True), chosen_at=row.get("chosen_at") or now())
         columns = list(row)
         with self._connect() as db:
             db.execute("BEGIN TRANSACTION")
@@ -424,16 +425,21 @@ def _merge_tuned(db, combine) -> tuple[int, int]:
     cursor = db.execute("SELECT * FROM source.tuned ORDER BY tune_key")
     columns = [d[0] for d in cursor.description]
     for row in [dict(zip(columns, values)) for values in cursor.fetchall()]:
-        here = db.execute("SELECT search FROM tuned WHERE tune_key = ?", [row["tune_key"]]).fetchone()
-        made = storage.merged_choice(
-            json.loads(here[0]) if here else None, row | {"search": json.loads(row["search"])}, combine
-        )
+        here = db.execute(
+            "SELECT search, objective, chosen_at FROM tuned WHERE tune_key = ?", [row["tune_key"]]
+        ).fetchone()
+        if here is not None:
+            here = {"search": json.loads(here[0]), "objective": here[1], "chosen_at": here[2]}
+        there = row | {"search": json.loads(row["search"])}
+        made = storage.merged_choice(here, there, combine)
         if made is None:
             kept += 1
             continue
-        if here is not None:  # a new choice from both searches; a choice new here is copied as it was made
-            row = made | {"search": json.dumps(made["search"], sort_keys=True), "chosen_at": now()}
+        if made is not there:  # a new choice from both searches; a source's choice is copied as it was made
+            made = made | {"chosen_at": now()}
+        if here is not None:
             db.execute("DELETE FROM tuned WHERE tune_key = ?", [row["tune_key"]])
+        row = made | {"search": json.dumps(made["search"], sort_keys=True)}
         db.execute(f"INSERT INTO tuned ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
         tuned += 1
     return tuned, kept

@@ -14,7 +14,7 @@ import pytest
 
 from clbench.cli import main
 from clbench.lrsearch import merged_search
-from clbench.records import merge
+from clbench.records import RecordStore, merge
 from clbench.store import Merged, Store
 from tests.leaderboard_db import record
 
@@ -25,11 +25,11 @@ def point(lr: float, mean: float, seeds=(0,)) -> dict:
     return {"lr": lr, "seeds": list(seeds), "values": [mean] * len(seeds), "mean": mean, "run_ids": [f"r{lr}"]}
 
 
-def tuned(store: Store, key: str, search: list[dict]) -> None:
+def tuned(store: Store, key: str, search: list[dict], objective: str = "target_loss") -> None:
     best = min(search, key=lambda p: (p["mean"], p["lr"]))
     store.record_tuned(
         {"tune_key": key, "task": "arith", "method": "et", "model": "tiny", "profile": None,
-         "objective": "target_loss", "lr": best["lr"], "score": best["mean"], "search": search}
+         "objective": objective, "lr": best["lr"], "score": best["mean"], "search": search}
     )  # fmt: skip
 
 
@@ -102,6 +102,21 @@ def test_merge_tuning_choices_join_searches_on_the_same_seeds(tmp_path):
         ("k-seeds", 0.01, 2.0),
     ]
     assert [p["lr"] for p in json.loads(choices[0][3])] == [0.001, 0.01, 0.1]
+
+
+@pytest.mark.parametrize("kind", [Store, RecordStore])
+def test_merge_never_joins_searches_of_two_objectives_the_later_choice_stands(tmp_path, kind):
+    """A task's tune_metric changed between two databases' searches of one key (xling: target_bpb, then
+    target_loss): joined, the old search's bpb means would compete with the new one's losses."""
+    old, new, into = Store(tmp_path / "old.duckdb"), Store(tmp_path / "new.duckdb"), kind(tmp_path / "into")
+    tuned(old, "k", [point(0.003, 2.9), point(0.01, 3.9)], objective="target_bpb")  # the lower mean, of bpb
+    tuned(new, "k", [point(0.01, 6.1), point(0.03, 6.2)], objective="target_loss")
+    assert merge(into, old, combine=merged_search) == Merged(runs=0, kept=0, tuned=1, tuned_kept=0)
+    assert merge(into, new, combine=merged_search) == Merged(runs=0, kept=0, tuned=1, tuned_kept=0)
+    assert merge(into, old, combine=merged_search) == Merged(runs=0, kept=0, tuned=0, tuned_kept=1)
+    choice = rows(into, "SELECT objective, lr, score, search FROM tuned")
+    assert [(objective, lr, score) for objective, lr, score, _ in choice] == [("target_loss", 0.01, 6.1)]
+    assert [p["lr"] for p in json.loads(choice[0][3])] == [0.01, 0.03]
 
 
 def test_merged_search_is_none_when_there_adds_nothing():
