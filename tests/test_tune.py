@@ -195,10 +195,16 @@ def _xling_chain(tmp_path, *methods, task="xling-de", **extra_env):
 @pytest.mark.parametrize(
     ("methods", "task", "centre", "grids"),
     [
-        # tasks/xling-es.yaml's cpu choices: distill 1e-3, fft 1e-4 (c/3, c, 3c at 3 significant digits)
-        (("distill", "fft"), "xling-de", {}, ("0.000333,0.001,0.003", "3.33e-05,0.0001,0.0003")),
-        # tasks/pseudowords.yaml's cpu choices: et 0.1; nonew has none and trains as fft (1e-4) does
-        (("et", "nonew"), "pseudowords", {"CENTRE": "pseudowords"}, ("0.0333,0.1,0.3", "3.33e-05,0.0001,0.0003")),
+        # tasks/xling-es.yaml's cpu choices: distill 1e-3, fft 1e-4 (c/3, c, 3c at 3 significant digits); nonew has
+        # none there and trains as fft (1e-4) does
+        (("distill", "nonew"), "xling-de", {}, ("0.000333,0.001,0.003", "3.33e-05,0.0001,0.0003")),
+        # tasks/pseudowords.yaml's cpu choices: et 0.0333, nonew 3.33e-5
+        (
+            ("et", "nonew"),
+            "pseudowords",
+            {"CENTRE": "pseudowords"},
+            ("0.0111,0.0333,0.0999", "1.11e-05,3.33e-05,9.99e-05"),
+        ),
     ],
 )
 def test_the_chain_searches_around_each_methods_centre_choice_then_runs_three_seeds(
