@@ -363,3 +363,28 @@ def test_a_group_pooling_data_draws_names_them_beside_its_seeds():
     assert draws_label(pooled) == "0,1 × data 0,2"
     assert draws_label(pooled.assign(data_seed=2)) == "0,1"
     assert draws_label(pooled.drop(columns="data_seed")) == "0,1"  # values read before data draws were
+
+
+def test_a_block_holding_two_task_versions_compares_on_the_newest_only(tmp_path):
+    """A database merged from a table and its republication on a new task version (arithmetic and
+    arithmetic-sizes share the shipped base's runs at n_train 200): the older runs are not a second row."""
+    store = Store(tmp_path / "v.duckdb")
+    for version, et_acc, fft_acc in [(1, [0.5, 0.5, 0.5], [0.7, 0.7, 0.7]), (2, ET_ACC, FFT_ACC)]:
+        for seed in range(3):
+            for method, acc in [("et", et_acc), ("fft", fft_acc)]:
+                metrics = {"target_acc": acc[seed]}
+                record(
+                    store,
+                    f"{method}{seed}v{version}",
+                    "arithmetic",
+                    method,
+                    "tiny",
+                    seed,
+                    metrics,
+                    task_version=version,
+                )
+    table = rows(TABLES[0], load(store)[0])
+    assert cells(table, ["method", "seeds", "target_acc: clbench", "target_acc: verdict"]) == [
+        ("et", "0,1,2", "0.820 ± 0.050", "(reference)"),
+        ("fft", "0,1,2", "0.600 ± 0.050", "direction holds (p = 0.00018)"),
+    ]

@@ -267,6 +267,9 @@ def rows(table: Table, values: pd.DataFrame) -> pd.DataFrame:
             ]
             continue
         for (model, profile, n_train), block in compared_blocks(part):
+            # a task's version changes what its measures read: a block compares on its newest version only (a
+            # database merged from tables of two versions holds both; the older is a superseded measurement)
+            block = block[block.task_version == block.task_version.max()]
             groups = dict(list(block.groupby(["method", "settings"], dropna=False)))
             reference = pick_reference(groups)
             for method in table.methods:
