@@ -5,8 +5,12 @@
 # written (duckdb.connect(path).execute("CHECKPOINT")) and commit what it holds. Run it from a frozen worktree of
 # one commit so that every run of a table comes from the same code:
 #
-#   git worktree add --detach ../frozen HEAD && cd ../frozen && PYTHONPATH=$PWD bash bench/republish_text.sh ~/clbench/leaderboard
+#   git worktree add --detach ../frozen HEAD && cd ../frozen && ln -s ../baselines ../tasks clbench/ &&
+#     PYTHONPATH=$PWD bash bench/republish_text.sh ~/clbench/leaderboard
 #
+# (pyproject.toml maps clbench.baselines and clbench.tasks to the top-level folders, which a worktree on
+# PYTHONPATH does not: the links make them importable there. The script stops before any run where `clbench`
+# would import another checkout's code.)
 # The order is the publication order: pseudowords (every method, then data draws 1 and 2), the s sweep, then
 # xling-es, xling-de, xling-ar (every method searched on validation, bench/xling_cpu.sh, up to 4 points past an
 # edge: pseudowords' ewc choice was still on its low edge after 2 in a session whose runs were lost).
@@ -16,6 +20,14 @@ here=$(cd "$(dirname "$0")" && pwd)
 lb=$(cd "${1:-$here/../leaderboard}" && pwd)
 say() { echo "== $(date -u +%FT%TZ) $*"; }
 say "clbench $(git -C "$here" rev-parse --short HEAD) → $lb"
+for module in clbench clbench.baselines clbench.tasks; do
+    found=$(python3 -c "import $module, os; print(os.path.realpath($module.__path__[0]))" 2>/dev/null) || found=none
+    case $found in
+    "$(dirname "$here")"/*) ;;
+    *) echo "bench/republish_text.sh: $module imports from $found, not this checkout (see the usage above)" >&2
+       exit 1 ;;
+    esac
+done
 
 pw=$lb/pseudowords-cpu-v3/results.duckdb
 mkdir -p "$(dirname "$pw")"
