@@ -213,7 +213,7 @@ def cmd_run(args) -> int:
     live = live_log(args.log) if args.log else None  # a tracker that is not installed fails before any training
     # every run is planned, so its input checked, before the first one trains or writes
     plans = [
-        plan(spec, tasks.get(spec.task), registry.get(spec.method), session=session, tuned_lr=store.tuned_lr)
+        plan(spec, tasks.get(spec.task), registry.get(spec.method), session=session, tuned_choice=store.tuned)
         for spec in specs
     ]
     outcomes = execute_all(plans, store, session, args, checker, live)

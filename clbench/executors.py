@@ -49,7 +49,7 @@ def run_chunk(requests: list[RunRequest]) -> list[tuple[str, str, str | None]]:
             tasks[r.task_dirs] = load_tasks([Path(d) for d in r.task_dirs])
         store = open_store(r.db)
         task, method = tasks[r.task_dirs].get(r.spec.task), registry.get(r.spec.method)
-        planned = plan(r.spec, task, method, session=session, tuned_lr=store.tuned_lr)
+        planned = plan(r.spec, task, method, session=session, tuned_choice=store.tuned)
         outcome = execute(planned, store=store, session=session)
         out.append((outcome.run_id, outcome.status, outcome.reason))
     return out

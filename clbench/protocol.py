@@ -95,11 +95,11 @@ def plan(
     method: MethodSpec,
     *,
     session: Session,
-    tuned_lr: Callable[[str], float | None] | None = None,
+    tuned_choice: Callable[[str], dict | None] | None = None,
 ) -> Plan:
     """spec's inputs checked and resolved (clbench/spec.py), its base and data loaded: a Plan, or one
     ClbenchError. spec.split "validation" scores the task's validation split instead of its target and old
-    text (`clbench tune`; never reported). tuned_lr: the store's tune key → lr lookup, for spec.tuned."""
+    text (`clbench tune`; never reported). tuned_choice: the store's stored choice of a tune key (ResultStore.tuned), for spec.tuned."""
     if (task.name, method.name) != (spec.task, spec.method):
         raise ClbenchError(f"spec names {spec.task} × {spec.method}, given {task.name} × {method.name}")
     settings = task_settings(spec, task)
@@ -120,7 +120,7 @@ def plan(
         base_ref=base.ref,
         model_fingerprint=base.fingerprint,
         data_fingerprint=full.fingerprint(),
-        tuned_lr=tuned_lr,
+        tuned_choice=tuned_choice,
         # what its teacher reads for a new token (clbench/teacher.py), or a refusal: from the whole data, since
         # the validation split drops the oracle text
         teacher=teacher.source(full, task.name) if method.reads_teacher_text else None,
@@ -636,7 +636,7 @@ def run_one(
     seed: int = 0,
     store: ResultStore,
     session: Session,
-    tuned_lr: Callable[[str], float | None] | None = None,
+    tuned_choice: Callable[[str], dict | None] | None = None,
     on_adapted=None,
     log_samples: bool = False,
     live=None,
@@ -645,5 +645,5 @@ def run_one(
     """One run from its inputs: `how` is RunSpec.make's (options, model, profile, init, n_train, param_overrides,
     budget_overrides, split, tuned); planned, then executed."""
     spec = RunSpec.make(task.name, method.name, seed=seed, **how)
-    planned = plan(spec, task, method, session=session, tuned_lr=tuned_lr)
+    planned = plan(spec, task, method, session=session, tuned_choice=tuned_choice)
     return execute(planned, store=store, session=session, on_adapted=on_adapted, log_samples=log_samples, live=live)

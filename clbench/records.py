@@ -180,18 +180,15 @@ class RecordStore:
             sources["attempts"] = ATTEMPTS.format(claims=quote(self.path / "claims/*.json"))
         return sources
 
-    def tuned_search(self, tune_key: str) -> list[dict]:
-        """The search stored with a tuning choice; [] where none is stored."""
-        row = self._tuned(tune_key)
-        return json.loads(row["search"]) if row else []
-
-    def tuned_lr(self, tune_key: str) -> float | None:
-        row = self._tuned(tune_key)
-        return row["lr"] if row else None
-
-    def _tuned(self, tune_key: str) -> dict | None:
+    def tuned(self, tune_key: str) -> dict | None:
         path = self.path / "tuned" / f"{tune_key}.json"
-        return json.loads(path.read_text()) if path.exists() else None
+        if not path.exists():
+            return None
+        stored = json.loads(path.read_text())
+        return stored | {
+            "search": json.loads(stored["search"]),
+            "chosen_at": datetime.fromisoformat(stored["chosen_at"]),
+        }
 
     # --- claims and heartbeats -------------------------------------------------------------------------
 
@@ -491,9 +488,7 @@ def _merge_tuned(into: RecordStore, source: ResultStore, combine) -> tuple[int, 
     tuned = kept = 0
     for row in source.query("SELECT * FROM tuned ORDER BY tune_key").to_dict("records"):
         there = row | {"search": json.loads(row["search"]) if isinstance(row["search"], str) else row["search"]}
-        if here := into._tuned(row["tune_key"]):
-            here |= {"search": json.loads(here["search"]), "chosen_at": datetime.fromisoformat(here["chosen_at"])}
-        made = storage.merged_choice(here, there, combine)
+        made = storage.merged_choice(into.tuned(row["tune_key"]), there, combine)
         if made is None:
             kept += 1
             continue

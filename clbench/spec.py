@@ -123,13 +123,13 @@ def resolve(
     base_ref: str,
     model_fingerprint: str,
     data_fingerprint: str,
-    tuned_lr: Callable[[str], float | None] | None = None,
+    tuned_choice: Callable[[str], dict | None] | None = None,
     teacher: str | None = None,
     settings: tuple | None = None,
 ) -> tuple[dict, Any]:
     """spec + the loaded base's ref and fingerprint + the task data's fingerprint → (config, method_config).
 
-    Pure but for tuned_lr (the store's lookup, with spec.tuned). teacher: what a distilling method's teacher reads
+    Pure but for tuned_choice (ResultStore.tuned, read with spec.tuned). teacher: what a distilling method's teacher reads
     (clbench/teacher.py source), part of its config. settings: task_settings(spec, task), where the caller has it. The config holds everything that
     determines the result, and run_id hashes it: its keys and their order of appearance are those of every
     run ever recorded, so no run id changes."""
@@ -156,7 +156,7 @@ def resolve(
         config["teacher"] = teacher
     options = spec.option_dict
     if "lr" not in options:
-        lr = chosen_lr(spec, task, method, base_ref == default_model, tune_key(config, options), tuned_lr)
+        lr = chosen_lr(spec, task, method, base_ref == default_model, tune_key(config, options), tuned_choice)
         if lr is not None:
             options["lr"] = lr
     method_config = method.config(options)
@@ -185,17 +185,17 @@ def tune_key(config: Mapping, options: Mapping) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def chosen_lr(spec: RunSpec, task, method, default_model: bool, key: str, tuned_lr) -> float | None:
+def chosen_lr(spec: RunSpec, task, method, default_model: bool, key: str, tuned_choice) -> float | None:
     """The lr a run takes when no option sets it: `clbench tune`'s choice in the store (spec.tuned),
     else the task file's for this profile (tuned for its own model only), else None (the method's default)."""
     if spec.tuned:
-        lr = tuned_lr(key) if tuned_lr is not None else None
-        if lr is None:
+        choice = tuned_choice(key) if tuned_choice is not None else None
+        if choice is None:
             raise ClbenchError(
                 f"no tuned lr for {task.name} × {method.name} with this model, profile and budget in the "
                 f"results database: run `clbench tune --task {task.name} --method {method.name}` first"
             )
-        return lr
+        return choice["lr"]
     shipped = task.lrs(spec.profile)
     if method.name in shipped and default_model:
         return shipped[method.name]

@@ -89,11 +89,9 @@ class ResultStore(Protocol):
         """Insert or replace one tuning choice (a rerun of `clbench tune` replaces it); chosen now unless the row
         says when (a merge copies a choice as it was made)."""
 
-    def tuned_search(self, tune_key: str) -> list[dict]:
-        """The search stored with a tuning choice; [] where none is stored."""
-
-    def tuned_lr(self, tune_key: str) -> float | None:
-        """The lr of a stored tuning choice; None where none is stored."""
+    def tuned(self, tune_key: str) -> dict | None:
+        """A stored tuning choice whole: the row record_tuned stored, its search parsed (a list of points) and
+        chosen_at a datetime; None where none is stored. What a run's lr, a resumed search and a merge read."""
 
     def query(self, sql: str, params: list | None = None) -> pd.DataFrame:
         """DuckDB SQL over the tables of clbench/store.py's SCHEMA and its `results` view, whichever store

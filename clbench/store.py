@@ -342,22 +342,12 @@ class Store:
             )
             db.execute("COMMIT")
 
-    def tuned_search(self, tune_key: str) -> list[dict]:
-        """The search stored with a tuning choice; [] where none is stored."""
-        row = self._tuned(tune_key)
-        return json.loads(row[1]) if row else []
-
-    def tuned_lr(self, tune_key: str) -> float | None:
-        row = self._tuned(tune_key)
-        return row[0] if row else None
-
-    def _tuned(self, tune_key: str) -> tuple | None:
-        """(lr, search JSON) of a stored tuning choice; None where none is stored."""
+    def tuned(self, tune_key: str) -> dict | None:
         if not self.path.exists():
             return None
         with self._connect(read_only=True) as db:
             try:
-                return db.execute("SELECT lr, search FROM tuned WHERE tune_key = ?", [tune_key]).fetchone()
+                return _choice(db, tune_key)
             except duckdb.CatalogException:
                 return None  # a database from before `tune`, or an empty one
 
@@ -419,17 +409,23 @@ def _merge(db, combine) -> Merged:
     return Merged(len(taken), len(statuses) - len(taken), tuned, tuned_kept)
 
 
+def _choice(db, tune_key: str) -> dict | None:
+    """ResultStore.tuned on an open connection (a merge reads it inside its transaction)."""
+    cursor = db.execute("SELECT * FROM tuned WHERE tune_key = ?", [tune_key])
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    choice = dict(zip([d[0] for d in cursor.description], row))
+    return choice | {"search": json.loads(choice["search"])}
+
+
 def _merge_tuned(db, combine) -> tuple[int, int]:
     """The attached source's tuning choices into db's → (choices stored, choices kept as they were)."""
     tuned = kept = 0
     cursor = db.execute("SELECT * FROM source.tuned ORDER BY tune_key")
     columns = [d[0] for d in cursor.description]
     for row in [dict(zip(columns, values)) for values in cursor.fetchall()]:
-        here = db.execute(
-            "SELECT search, objective, chosen_at FROM tuned WHERE tune_key = ?", [row["tune_key"]]
-        ).fetchone()
-        if here is not None:
-            here = {"search": json.loads(here[0]), "objective": here[1], "chosen_at": here[2]}
+        here = _choice(db, row["tune_key"])
         there = row | {"search": json.loads(row["search"])}
         made = storage.merged_choice(here, there, combine)
         if made is None:

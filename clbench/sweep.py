@@ -55,7 +55,7 @@ def sweep(
     """Every point planned (so checked) before the first trains, then each executed in this process."""
     by_name = {method.name: method for method in methods}
     specs = grid_specs(task, methods, ns, seeds, params, **how)
-    plans = [plan(spec, task, by_name[spec.method], session=session, tuned_lr=store.tuned_lr) for spec in specs]
+    plans = [plan(spec, task, by_name[spec.method], session=session, tuned_choice=store.tuned) for spec in specs]
     return [execute(planned, store=store, session=session) for planned in plans]
 
 

@@ -124,7 +124,7 @@ class Searcher:
         search = [self.point(method, lr) for lr in grid]
         first = self.plans[method.name, grid[0], self.seeds[0]]  # the key and model (lr is not in the key)
         key = tune_key(first.config, self.options)
-        stored = [self.rescored(point) for point in self.store.tuned_search(key)]
+        stored = [self.rescored(point) for point in (self.store.tuned(key) or {"search": []})["search"]]
         search = extended(stored, search, log=self.log)
         best = choose(search)
         said = f"  tune {self.task.name} × {method.name}:"
