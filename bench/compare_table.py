@@ -1,0 +1,113 @@
+"""A PROVENANCE table from a results database: per method and lr, each metric's mean ± 95 % CI half-width over its
+runs (data draws × model seeds where a group pools draws) and Welch's p against a reference method's runs.
+
+    python bench/compare_table.py --db leaderboard/pseudowords-cpu-v3/results.duckdb --task pseudowords \
+        --against et --metrics target_loss,after_new_loss,forgetting_oldvocab,drift_kl_oldvocab [--by-draw]
+
+Reads the reported runs only (clbench.report.load: tuning runs on the validation split never enter). --by-draw adds,
+per method, each data draw's mean over its seeds: whether a draw moves a verdict. The numbers are the same functions
+the leaderboard uses (clbench.stats.mean_ci, welch_p); this file only lays them out for a PROVENANCE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+import numpy as np
+import pandas as pd
+
+from clbench.errors import ClbenchError
+from clbench.records import open_store
+from clbench.report.load import load
+from clbench.stats import mean_ci, welch_p
+
+
+def figure(value: float, digits: int = 2) -> str:
+    """value to `digits` significant figures, without an exponent's padding (3e-05 → 3e-5)."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    text = f"{value:.{digits}g}"
+    return text.replace("e-0", "e-").replace("e+0", "e+")
+
+
+def cell(values: np.ndarray, reference: np.ndarray | None) -> str:
+    """mean ± CI (p = … against reference); "0" where every run is exactly 0 (a frozen backbone's old text)."""
+    if len(values) and not values.any():
+        return "0"
+    mean, half = mean_ci(values)
+    if half is None or half == 0:
+        text = f"{mean:.4g}"
+    else:
+        places = max(0, 1 - math.floor(math.log10(half)))  # the CI to 2 significant figures, the mean to its place
+        text = f"{mean:.{places}f} ± {half:.{places}f}"
+    p = welch_p(values, reference) if reference is not None else None
+    return text if p is None else f"{text} (p = {figure(p)})"
+
+
+def table(values: pd.DataFrame, task: str, against: str, metrics: list[str]) -> pd.DataFrame:
+    """One row per (method, lr) of `task`: runs, data draws and a cell per metric."""
+    part = values[values.task == task]
+    if part.empty:
+        raise ClbenchError(f"no finished runs of {task} in this database")
+    missing = sorted(set(metrics) - set(part.metric))
+    if missing:
+        raise ClbenchError(
+            f"no runs of {task} store {', '.join(missing)}; stored: {', '.join(sorted(set(part.metric)))}"
+        )
+    reference = part[part.method == against]
+    if reference.empty:
+        raise ClbenchError(f"no runs of {against} on {task} to test against")
+    rows = []
+    for (method, lr), group in part.groupby(["method", "lr"], sort=False, dropna=False):
+        row = {"method": method, "lr": figure(lr, 3), "runs": group.run_id.nunique()}
+        row["data draws"] = ",".join(str(int(d)) for d in sorted(group.data_seed.dropna().unique()))
+        for metric in metrics:
+            mine = group[group.metric == metric].value.to_numpy(float)
+            theirs = None if method == against else reference[reference.metric == metric].value.to_numpy(float)
+            row[metric] = cell(mine, theirs) if len(mine) else "n/a"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def by_draw(values: pd.DataFrame, task: str, metric: str) -> pd.DataFrame:
+    """method × data draw: the mean of `metric` over that draw's seeds (and how many)."""
+    part = values[(values.task == task) & (values.metric == metric)]
+    grouped = part.groupby(["method", "lr", "data_seed"]).value.agg(["mean", "count"]).reset_index()
+    grouped["cell"] = [f"{m:.4g} ({n})" for m, n in zip(grouped["mean"], grouped["count"])]
+    wide = grouped.pivot(index=["method", "lr"], columns="data_seed", values="cell").fillna("")
+    wide.columns = [f"draw {int(c)}" for c in wide.columns]
+    return wide.reset_index()
+
+
+def markdown(frame: pd.DataFrame) -> str:
+    head = "| " + " | ".join(map(str, frame.columns)) + " |"
+    rule = "|" + "---|" * len(frame.columns)
+    return "\n".join([head, rule] + ["| " + " | ".join(map(str, r)) + " |" for r in frame.itertuples(index=False)])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--against", default="et")
+    parser.add_argument("--metrics", default="target_loss,after_new_loss,forgetting_oldvocab,drift_kl_oldvocab")
+    parser.add_argument("--by-draw", action="store_true")
+    args = parser.parse_args(argv)
+    metrics = [m for m in args.metrics.split(",") if m]
+    try:
+        values = load(open_store(args.db))[0]
+        print(markdown(table(values, args.task, args.against, metrics)))
+        if args.by_draw:
+            for metric in metrics:
+                print(f"\n{metric}, each data draw's mean over its seeds (runs):\n")
+                print(markdown(by_draw(values, args.task, metric)))
+    except ClbenchError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

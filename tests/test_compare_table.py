@@ -1,0 +1,52 @@
+"""bench/compare_table.py, the PROVENANCE tables of the republished text tasks: cells as the leaderboard's functions
+compute them (clbench.stats), pooled over data draws, and bad input as one line."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from leaderboard_db import record, seeds_db
+
+from clbench.errors import ClbenchError
+from clbench.report.load import load
+
+SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "compare_table.py"
+spec = importlib.util.spec_from_file_location("compare_table", SCRIPT)
+compare_table = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(compare_table)
+
+
+def test_cells_are_mean_ci_and_welch_p_against_the_reference(tmp_path):
+    values = load(seeds_db(tmp_path / "r.duckdb"))[0]
+    table = compare_table.table(values, "words", "et", ["target_loss", "forgetting_oldvocab"])
+    rows = {(r.method, r.lr): r for r in table.itertuples()}
+    # et 5.18, 5.27, 5.24: mean 5.23, t(0.975, 2) · s / √3 = 0.1138; lora's Welch p against it 0.671, fft's 0.00118
+    assert rows["et", "0.01"].target_loss == "5.23 ± 0.11"
+    assert rows["lora", "0.001"].target_loss == "5.20 ± 0.25 (p = 0.67)"
+    assert rows["fft", "0.0001"].target_loss == "6.10 ± 0.25 (p = 0.0012)"
+    assert rows["et", "0.01"].forgetting_oldvocab == "0"  # every run exactly 0: no interval to print
+    assert rows["pt", "0.1"].target_loss == "5.9"  # one seed: no interval, nothing to test
+    assert [r.runs for r in table.itertuples()] == [3, 3, 3, 1]
+
+
+def test_a_group_pools_its_data_draws_and_by_draw_shows_each(tmp_path):
+    store = seeds_db(tmp_path / "r.duckdb")
+    for seed, loss in enumerate((5.0, 5.1, 5.2)):
+        values = {"target_loss": loss, "forgetting_oldvocab": 0.0}
+        record(store, f"et-d1-{seed}", "words", "et", "tiny", seed, values, params={"data_seed": 1})
+    values = load(store)[0]
+    et = compare_table.table(values, "words", "et", ["target_loss"]).iloc[0]
+    # seeds_db's et runs name no data_seed (one draw, none stated); the three runs of draw 1 join them: 6 runs
+    assert (et.runs, et["data draws"]) == (6, "1")
+    draws = compare_table.by_draw(values, "words", "target_loss")
+    assert draws[draws.method == "et"]["draw 1"].tolist() == ["5.1 (3)"]
+
+
+def test_bad_input_is_one_line(tmp_path, capsys):
+    values = load(seeds_db(tmp_path / "r.duckdb"))[0]
+    with pytest.raises(ClbenchError, match="no runs of et-dict on words"):
+        compare_table.table(values, "words", "et-dict", ["target_loss"])
+    with pytest.raises(ClbenchError, match="no runs of words store drift_kl_oldvocab"):
+        compare_table.table(values, "words", "et", ["drift_kl_oldvocab"])
+    assert compare_table.main(["--db", str(tmp_path / "r.duckdb"), "--task", "arith"]) == 1
+    assert capsys.readouterr().err == "error: no finished runs of arith in this database\n"
