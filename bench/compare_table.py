@@ -5,7 +5,7 @@ runs (data draws × model seeds where a group pools draws) and Welch's p against
         --against et --metrics target_loss,after_new_loss,forgetting_oldvocab,drift_kl_oldvocab [--by-draw]
 
 Reads the reported runs only (clbench.report.load: tuning runs on the validation split never enter). --by-draw adds,
-per method, each data draw's mean over its seeds: whether a draw moves a verdict. The numbers are the same functions
+per method, each data draw's mean over its seeds and a test paired by draw: whether a draw moves a verdict. The numbers are the same functions
 the leaderboard uses (clbench.stats.mean_ci, welch_p); this file only lays them out for a PROVENANCE.
 """
 
@@ -14,9 +14,11 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import warnings
 
 import numpy as np
 import pandas as pd
+import scipy.stats
 
 from clbench.errors import ClbenchError
 from clbench.records import open_store
@@ -71,13 +73,28 @@ def table(values: pd.DataFrame, task: str, against: str, metrics: list[str]) -> 
     return pd.DataFrame(rows)
 
 
-def by_draw(values: pd.DataFrame, task: str, metric: str) -> pd.DataFrame:
-    """method × data draw: the mean of `metric` over that draw's seeds (and how many)."""
+def by_draw(values: pd.DataFrame, task: str, metric: str, against: str) -> pd.DataFrame:
+    """method × data draw: the mean of `metric` over that draw's seeds (and how many), and the paired t-test of the
+    method's draw means against the reference's on the draws both ran. Seeds of one draw share its data, so the
+    pooled interval treats runs as more independent than they are where draws differ; pairing by draw is the check
+    that does not (2 degrees of freedom with 3 draws: it detects only large, consistent differences)."""
     part = values[(values.task == task) & (values.metric == metric)]
     grouped = part.groupby(["method", "lr", "data_seed"]).value.agg(["mean", "count"]).reset_index()
     grouped["cell"] = [f"{m:.4g} ({n})" for m, n in zip(grouped["mean"], grouped["count"])]
     wide = grouped.pivot(index=["method", "lr"], columns="data_seed", values="cell").fillna("")
     wide.columns = [f"draw {int(c)}" for c in wide.columns]
+    reference = part[part.method == against].groupby("data_seed").value.mean()
+    paired = []
+    for method, lr in wide.index:
+        mine = grouped[(grouped.method == method) & (grouped.lr == lr)].set_index("data_seed")["mean"]
+        common = mine.index.intersection(reference.index)
+        p = math.nan
+        if method != against and len(common) >= 2:
+            with warnings.catch_warnings():  # identical differences (two frozen backbones' zeros): p is NaN
+                warnings.simplefilter("ignore", RuntimeWarning)
+                p = scipy.stats.ttest_rel(mine[common], reference[common]).pvalue
+        paired.append("" if math.isnan(p) else figure(p))
+    wide[f"paired p vs {against} (draws)"] = paired
     return wide.reset_index()
 
 
@@ -102,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.by_draw:
             for metric in metrics:
                 print(f"\n{metric}, each data draw's mean over its seeds (runs):\n")
-                print(markdown(by_draw(values, args.task, metric)))
+                print(markdown(by_draw(values, args.task, metric, args.against)))
     except ClbenchError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -38,8 +38,21 @@ def test_a_group_pools_its_data_draws_and_by_draw_shows_each(tmp_path):
     et = compare_table.table(values, "words", "et", ["target_loss"]).iloc[0]
     # seeds_db's et runs name no data_seed (one draw, none stated); the three runs of draw 1 join them: 6 runs
     assert (et.runs, et["data draws"]) == (6, "1")
-    draws = compare_table.by_draw(values, "words", "target_loss")
+    draws = compare_table.by_draw(values, "words", "target_loss", "et")
     assert draws[draws.method == "et"]["draw 1"].tolist() == ["5.1 (3)"]
+
+
+def test_by_draw_pairs_each_method_with_the_reference_on_the_draws_both_ran(tmp_path):
+    store = seeds_db(tmp_path / "r.duckdb")
+    # et and fft on draws 0-2, one seed each: fft − et = 0.5, 0.7, 0.6 → paired t = 0.6 / (0.1 / √3) = 10.39, 2 df: p = 0.00913
+    for draw, (et, fft) in enumerate([(5.0, 5.5), (5.2, 5.9), (5.1, 5.7)]):
+        record(store, f"e{draw}", "drawn", "et", "tiny", 0, {"target_loss": et}, params={"data_seed": draw})
+        record(store, f"f{draw}", "drawn", "fft", "tiny", 0, {"target_loss": fft}, params={"data_seed": draw})
+    record(store, "l0", "drawn", "lora", "tiny", 0, {"target_loss": 5.0}, params={"data_seed": 0})
+    draws = compare_table.by_draw(load(store)[0], "drawn", "target_loss", "et").set_index("method")
+    assert draws.loc["fft", ["draw 0", "draw 1", "draw 2"]].tolist() == ["5.5 (1)", "5.9 (1)", "5.7 (1)"]
+    column = "paired p vs et (draws)"
+    assert (draws.loc["fft", column], draws.loc["et", column], draws.loc["lora", column]) == ("0.0091", "", "")
 
 
 def test_bad_input_is_one_line(tmp_path, capsys):
