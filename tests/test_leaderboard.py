@@ -342,7 +342,7 @@ def test_data_draws_are_pooled_with_model_seeds_and_the_page_says_so(tmp_path):
     header = next([c.strip() for c in line.split("|")] for line in text.splitlines() if line.startswith("| method"))
     assert [dict(zip(header, row))["runs"] for row in cells] == ["6"]
     assert [dict(zip(header, row))["data draws"] for row in cells] == ["3"]
-    assert "its runs are data draws × model seeds" in text
+    assert "its runs are data draws × model seeds" in text and "a test paired by draw" in text
     assert "its runs are data draws × model seeds" in (out / "index.html").read_text()
     assert "data_draws" in (out / "leaderboard.csv").read_text().splitlines()[0].split(",")
     lines = summary(store, task="pw", wide=True).splitlines()

@@ -30,7 +30,9 @@ DRAWS_COLUMN = "data draws"
 DRAWS_NOTE = (
     "Where a row pools several data draws (data draws: the task's data_seed, e.g. which word each pseudo-word "
     "stands for and which sentences), its runs are data draws × model seeds, and its interval and Welch's test are "
-    "over all of them, each run one draw of both."
+    "over all of them as if each run were independent. The seeds of one draw share its data, so where draws differ "
+    "the interval is narrower than their spread: bench/compare_table.py --by-draw gives each draw's mean and a test "
+    "paired by draw."
 )
 LM_EVAL_HEADING = "lm-eval checks (in-process, full softmax)"
 SEARCHES_HEADING = "Learning rates chosen on validation (clbench tune)"
