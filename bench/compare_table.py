@@ -5,8 +5,9 @@ runs (data draws × model seeds where a group pools draws) and Welch's p against
         --against et --metrics target_loss,after_new_loss,forgetting_oldvocab,drift_kl_oldvocab [--by-draw]
 
 Reads the reported runs only (clbench.report.load: tuning runs on the validation split never enter). --by-draw adds,
-per method, each data draw's mean over its seeds and a test paired by draw: whether a draw moves a verdict. The numbers are the same functions
-the leaderboard uses (clbench.stats.mean_ci, welch_p); this file only lays them out for a PROVENANCE.
+per method, each data draw's mean over its seeds and the test paired by draw that the leaderboard's and the paper
+report's verdicts use between groups that pool draws. The numbers are the same functions the leaderboard uses
+(clbench.stats.mean_ci, welch_p, paired_p); this file only lays them out for a PROVENANCE.
 """
 
 from __future__ import annotations
@@ -14,16 +15,14 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import warnings
 
 import numpy as np
 import pandas as pd
-import scipy.stats
 
 from clbench.errors import ClbenchError
 from clbench.records import open_store
 from clbench.report.load import load
-from clbench.stats import mean_ci, welch_p
+from clbench.stats import mean_ci, paired_p, welch_p
 
 
 def figure(value: float, digits: int = 2) -> str:
@@ -88,12 +87,8 @@ def by_draw(values: pd.DataFrame, task: str, metric: str, against: str) -> pd.Da
     for method, lr in wide.index:
         mine = grouped[(grouped.method == method) & (grouped.lr == lr)].set_index("data_seed")["mean"]
         common = mine.index.intersection(reference.index)
-        p = math.nan
-        if method != against and len(common) >= 2:
-            with warnings.catch_warnings():  # identical differences (two frozen backbones' zeros): p is NaN
-                warnings.simplefilter("ignore", RuntimeWarning)
-                p = scipy.stats.ttest_rel(mine[common], reference[common]).pvalue
-        paired.append("" if math.isnan(p) else figure(p))
+        p = paired_p(mine[common], reference[common]) if method != against else None
+        paired.append("" if p is None else figure(p))
     wide[f"paired p vs {against} (draws)"] = paired
     return wide.reset_index()
 

@@ -15,6 +15,7 @@ from clbench.report.leaderboard import build
 from clbench.report.load import aggregate, best_mask, load, rank_fractions
 from clbench.report.plots import pareto_front, quality_metric
 from clbench.report.summary import summary
+from clbench.stats import welch_p
 from clbench.store import Store
 
 
@@ -305,6 +306,31 @@ def test_runs_that_differ_in_a_swept_task_param_are_never_pooled_as_seeds(tmp_pa
     assert text.count("| dictionary_size=2, lr=0.01, init=random |") == 2
 
 
+def test_rows_pooling_data_draws_are_tested_against_the_best_paired_by_draw(tmp_path):
+    """et and fft over data draws 0-2 × seeds 0, 1 with a large draw effect both share and fft 0.10-0.12 above et on
+    every draw: Welch over the 6 runs a side calls them tied (p = 0.836), the page's test paired by draw does not
+    (p = 0.00274, tests/test_stats.py); lora with draw 0 only is tested over runs."""
+    store = Store(tmp_path / "r.duckdb")
+    et = {0: (4.0, 4.02), 1: (5.0, 5.02), 2: (6.0, 6.02)}
+    fft = {0: (4.10, 4.12), 1: (5.12, 5.14), 2: (6.11, 6.13)}
+    for method, losses in (("et", et), ("fft", fft)):
+        for draw, by_seed in losses.items():
+            for seed, loss in enumerate(by_seed):
+                params = {"data_seed": draw}
+                record(
+                    store, f"{method}{draw}{seed}", "pw", method, "tiny", seed, {"target_loss": loss}, params=params
+                )
+    for seed, loss in enumerate((5.05, 5.07)):
+        record(store, f"lora{seed}", "pw", "lora", "tiny", seed, {"target_loss": loss}, params={"data_seed": 0})
+    table = aggregate(load(store)[0]).set_index("method")
+    assert table.loc["et", "verdict"] == "best"
+    assert table.loc["fft", "verdict"] == "worse"
+    assert table.loc["fft", "p_vs_best"] == pytest.approx(0.0027434893944260487, rel=1e-6)
+    # lora: one draw, so Welch's over runs against et's six
+    assert table.loc["lora", "p_vs_best"] == pytest.approx(welch_p([5.05, 5.07], [v for p in et.values() for v in p]))
+    assert table.loc["lora", "verdict"] == "n.s."
+
+
 def test_data_draws_are_pooled_with_model_seeds_and_the_page_says_so(tmp_path):
     """data_seed 0, 1, 2 × seeds 0, 1 of one method: one row of 6 runs over 3 data draws, the interval over all six
     (Student's t on 5 degrees of freedom); a swept param beside it still splits rows. A store with one data draw
@@ -342,7 +368,7 @@ def test_data_draws_are_pooled_with_model_seeds_and_the_page_says_so(tmp_path):
     header = next([c.strip() for c in line.split("|")] for line in text.splitlines() if line.startswith("| method"))
     assert [dict(zip(header, row))["runs"] for row in cells] == ["6"]
     assert [dict(zip(header, row))["data draws"] for row in cells] == ["3"]
-    assert "its runs are data draws × model seeds" in text and "a test paired by draw" in text
+    assert "its runs are data draws × model seeds" in text and "a t-test paired by draw" in text
     assert "its runs are data draws × model seeds" in (out / "index.html").read_text()
     assert "data_draws" in (out / "leaderboard.csv").read_text().splitlines()[0].split(",")
     lines = summary(store, task="pw", wide=True).splitlines()

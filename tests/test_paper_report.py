@@ -58,6 +58,15 @@ def test_a_verdict_cell_carries_welchs_p_where_one_was_computed():
     assert verdict_cell(FFT_ACC, ET_ACC, None) == NO_CLAIM == "—"
 
 
+def test_groups_pooling_data_draws_are_judged_paired_by_draw_and_say_so():
+    # fft − et per draw 0.5, 0.7, 0.6 (one seed a draw): paired t on 2 df, p = 0.00913; the draw effect (et 5.0 /
+    # 5.2 / 5.1) never enters. Welch over the same runs: p = 0.0196.
+    et, fft, draws = [5.0, 5.2, 5.1], [5.5, 5.9, 5.7], [0, 1, 2]
+    assert verdict_cell(fft, et, 1, draws, draws) == "direction holds (p = 0.0091, paired by 3 data draws)"
+    assert verdict_cell(fft, et, -1, draws, draws) == "reversed (p = 0.0091, paired by 3 data draws)"
+    assert verdict_cell(fft, et, 1) == "direction holds (p = 0.02)"
+
+
 def test_the_claims_come_from_the_published_numbers():
     assert claims(TABLES[2]) == [
         "xling-es target_loss: fft > et (5.56 vs 2.3)",

@@ -7,7 +7,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from clbench.report.format import cell_text, fmt_ci
-from clbench.stats import mean_ci, verdict, welch_p
+from clbench.stats import draw_means, group_p, mean_ci, paired_p, verdict, welch_p
 
 ET = [5.18, 5.27, 5.24]  # the et on pseudowords, 100 steps, seeds 0–2
 LORA = [5.10, 5.30, 5.20]
@@ -50,6 +50,41 @@ def test_verdict_against_the_best():
     )
     assert verdict([6.0, 6.1, 6.2], LORA) == "worse"  # p = 0.000385
     assert verdict([5.9], LORA) == "1 seed" and verdict(ET, [5.0]) == "1 seed"
+
+
+# two groups over data draws 0-2 × 2 seeds: a large draw effect both share, x above et by 0.10-0.12 on every draw
+DRAWS = [0, 0, 1, 1, 2, 2]
+ET_DRAWN = [4.0, 4.02, 5.0, 5.02, 6.0, 6.02]
+X_DRAWN = [4.10, 4.12, 5.12, 5.14, 6.11, 6.13]
+
+
+def test_paired_p_is_the_paired_t_test_with_its_edge_cases():
+    # differences 0.5, 0.7, 0.6: t = 0.6 / (0.1 / √3) = 10.39 on 2 df
+    assert paired_p([5.5, 5.9, 5.7], [5.0, 5.2, 5.1]) == pytest.approx(
+        2 * scipy_stats.t.sf(0.6 / (0.1 / math.sqrt(3)), 2), rel=1e-9
+    )
+    assert paired_p([5.5, 5.9, 5.7], [5.0, 5.2, 5.1]) == pytest.approx(0.009132611386275467, rel=1e-9)
+    assert paired_p([1.0, 2.0], [1.0, 2.0]) == 1.0  # every difference 0: no difference (scipy: NaN)
+    assert paired_p([1.0, 2.0, math.nan], [0.0, 1.0, 5.0]) == 0.0  # the same difference twice; the NaN pair left out
+    assert paired_p([1.0], [0.0]) is None
+
+
+def test_groups_that_pool_data_draws_are_tested_paired_by_draw_and_others_by_welch():
+    # over runs the draw effect swamps the difference (Welch p = 0.836); paired by draw it is the whole signal:
+    # draw means 4.11 / 5.13 / 6.12 vs 4.01 / 5.01 / 6.01, differences 0.10, 0.12, 0.11 → t = 0.11 / (0.01 / √3)
+    assert welch_p(X_DRAWN, ET_DRAWN) == pytest.approx(0.8360146790242254, rel=1e-9)
+    p, n = group_p(X_DRAWN, ET_DRAWN, DRAWS, DRAWS)
+    assert n == 3 and p == pytest.approx(2 * scipy_stats.t.sf(0.11 / (0.01 / math.sqrt(3)), 2), rel=1e-6)
+    assert p == pytest.approx(0.0027434893944260487, rel=1e-6)
+    assert verdict(X_DRAWN, ET_DRAWN, draws=DRAWS, best_draws=DRAWS) == "worse"
+    assert verdict(X_DRAWN, ET_DRAWN) == "n.s."  # the same values, no draws named: Welch over runs
+    # one side holds one draw, or names none: Welch over runs
+    assert group_p(X_DRAWN, ET_DRAWN, DRAWS, [0] * 6) == (welch_p(X_DRAWN, ET_DRAWN), 0)
+    assert group_p(X_DRAWN, ET_DRAWN, DRAWS, [None] * 6) == (welch_p(X_DRAWN, ET_DRAWN), 0)
+    # draws 0, 1 shared of 0, 1, 3 and 0, 1, 2: paired on those two (differences 0.10, 0.12)
+    p, n = group_p(X_DRAWN, ET_DRAWN, [0, 0, 1, 1, 3, 3], DRAWS)
+    assert n == 2 and p == pytest.approx(2 * scipy_stats.t.sf(0.11 / (0.01 * math.sqrt(2) / math.sqrt(2)), 1))
+    assert draw_means(X_DRAWN, DRAWS, [0, 2, 7]) == pytest.approx({0: 4.11, 2: 6.12})
 
 
 def test_cell_text_rounds_the_mean_to_the_intervals_second_digit_and_marks_the_verdict():

@@ -29,10 +29,12 @@ CELLS_NOTE = (
 DRAWS_COLUMN = "data draws"
 DRAWS_NOTE = (
     "Where a row pools several data draws (data draws: the task's data_seed, e.g. which word each pseudo-word "
-    "stands for and which sentences), its runs are data draws × model seeds, and its interval and Welch's test are "
-    "over all of them as if each run were independent. The seeds of one draw share its data, so where draws differ "
-    "the interval is narrower than their spread: bench/compare_table.py --by-draw gives each draw's mean and a test "
-    "paired by draw."
+    "stands for and which sentences), its runs are data draws × model seeds and its interval is over all of them as "
+    "if each run were independent: the seeds of one draw share its data, so where draws differ the interval is "
+    "narrower than their spread. Its test against a row that also pools draws (≈, ?) is therefore not Welch's over "
+    "runs but a t-test paired by draw, on each draw's mean over its seeds (2 degrees of freedom with 3 draws: it "
+    "sees only large or consistent differences; a difference common to a draw's runs cancels). "
+    "bench/compare_table.py --by-draw prints each draw's mean."
 )
 LM_EVAL_HEADING = "lm-eval checks (in-process, full softmax)"
 SEARCHES_HEADING = "Learning rates chosen on validation (clbench tune)"

@@ -19,7 +19,7 @@ import pandas as pd
 
 from clbench.lrsearch import edge
 from clbench.metrics import higher_is_better
-from clbench.stats import finite, mean_ci, same, verdict, welch_p
+from clbench.stats import finite, group_p, mean_ci, same, verdict
 from clbench.storage import ResultStore
 from clbench.store import REPORTED
 
@@ -120,11 +120,12 @@ def aggregate(values: pd.DataFrame) -> pd.DataFrame:
     table["data_draws"] = grouped.data_seed.nunique().values
     table["higher_is_better"] = table.metric.map(direction)
     table["lr"] = grouped.lr.first().values
-    samples = [finite(v) for v in grouped.value.apply(list)]
-    table["n_seeds"] = [len(s) for s in samples]
+    samples = [np.asarray(v, dtype=float) for v in grouped.value.apply(list)]
+    draws = grouped.data_seed.apply(list).tolist()  # each value's data draw, for the test paired by draw
+    table["n_seeds"] = [len(finite(s)) for s in samples]
     table["ci95"] = np.array([mean_ci(s)[1] for s in samples], dtype=float)  # None (one seed) → NaN, empty in CSV
     table["eval_se"] = evaluation_noise(table, values)
-    table["p_vs_best"], table["verdict"] = compare_with_best(table, samples)
+    table["p_vs_best"], table["verdict"] = compare_with_best(table, samples, draws)
     return table
 
 
@@ -135,9 +136,12 @@ def evaluation_noise(table: pd.DataFrame, values: pd.DataFrame) -> list[float]:
     return table[KEY + ["metric"]].merge(means, on=KEY + ["metric"], how="left").eval_se.tolist()
 
 
-def compare_with_best(table: pd.DataFrame, samples: list[np.ndarray]) -> tuple[list[float], list[str]]:
-    """Per row: Welch's p against the best row of its task's column (of tied best means, the one with
-    most seeds), NaN where untested, and the verdict; "" where the column ranks nothing (best_mask)."""
+def compare_with_best(
+    table: pd.DataFrame, samples: list[np.ndarray], draws: list[list]
+) -> tuple[list[float], list[str]]:
+    """Per row: the p of clbench.stats.group_p against the best row of its task's column (of tied best means, the
+    one with most seeds; paired by data draw where both pool draws), NaN where untested, and the verdict; "" where
+    the column ranks nothing (best_mask)."""
     p_values, verdicts = [np.nan] * len(table), [""] * len(table)
     for _, part in table.groupby(["task", "metric"], dropna=False):
         best = best_mask(part["mean"], part.metric.iloc[0])
@@ -147,9 +151,10 @@ def compare_with_best(table: pd.DataFrame, samples: list[np.ndarray]) -> tuple[l
         for i in part.index:
             if table.n_seeds[i] == 0:
                 continue
-            p = None if best[i] else welch_p(samples[i], samples[reference])
+            mine, theirs = (samples[i], draws[i]), (samples[reference], draws[reference])
+            p = None if best[i] else group_p(mine[0], theirs[0], mine[1], theirs[1])[0]
             p_values[i] = np.nan if p is None else p
-            verdicts[i] = verdict(samples[i], samples[reference], is_best=bool(best[i]))
+            verdicts[i] = verdict(mine[0], theirs[0], is_best=bool(best[i]), draws=mine[1], best_draws=theirs[1])
     return p_values, verdicts
 
 

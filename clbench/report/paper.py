@@ -24,7 +24,7 @@ from clbench.records import open_store
 from clbench.report import sizes
 from clbench.report.format import esc, fmt, fmt_ci, fmt_lr, md
 from clbench.report.load import load
-from clbench.stats import LEVEL, finite, mean_ci, welch_p
+from clbench.stats import LEVEL, comparison, finite, group_p, mean_ci
 
 REFERENCE = "et"  # every claim of the paper's tables compares a method with ET
 HOLDS, REVERSED, NOT_SIGNIFICANT, NOT_RUN = "direction holds", "reversed", "not significant", "not run"
@@ -200,12 +200,19 @@ def paper_sign(value: float | None, reference: float | None) -> int | None:
     return 1 if value > reference else -1
 
 
-def direction_verdict(values: Sequence[float], reference: Sequence[float], sign: int) -> str:
-    """clbench's seeds of a method and of the reference against the paper's sign of their difference."""
+def direction_verdict(
+    values: Sequence[float],
+    reference: Sequence[float],
+    sign: int,
+    draws: Sequence | None = None,
+    reference_draws: Sequence | None = None,
+) -> str:
+    """clbench's runs of a method and of the reference against the paper's sign of their difference, tested by
+    clbench.stats.group_p (paired by data draw where both groups pool draws; draws: each value's draw)."""
     x, y = finite(values), finite(reference)
     if len(x) == 0 or len(y) == 0:
         return NOT_RUN
-    p = welch_p(x, y)
+    p, _ = group_p(values, reference, draws, reference_draws)
     if p is None:
         return ONE_SEED
     if p >= 1 - LEVEL:
@@ -213,13 +220,23 @@ def direction_verdict(values: Sequence[float], reference: Sequence[float], sign:
     return HOLDS if np.sign(x.mean() - y.mean()) == sign else REVERSED
 
 
-def verdict_cell(values: Sequence[float], reference: Sequence[float], sign: int | None) -> str:
-    """A verdict with Welch's p where one was computed; NO_CLAIM where the paper gives no direction."""
+def verdict_cell(
+    values: Sequence[float],
+    reference: Sequence[float],
+    sign: int | None,
+    draws: Sequence | None = None,
+    reference_draws: Sequence | None = None,
+) -> str:
+    """A verdict with its test's p where one was computed (and the test, where it is paired by draw); NO_CLAIM
+    where the paper gives no direction."""
     if sign is None:
         return NO_CLAIM
-    text = direction_verdict(values, reference, sign)
-    p = welch_p(values, reference) if text != NOT_RUN else None
-    return text if p is None else f"{text} (p = {p:.2g})"
+    text = direction_verdict(values, reference, sign, draws, reference_draws)
+    p, n = group_p(values, reference, draws, reference_draws) if text != NOT_RUN else (None, 0)
+    if p is None:
+        return text
+    test = f", {comparison(n)}" if n else ""
+    return f"{text} (p = {p:.2g}{test})"
 
 
 def claims(table: Table) -> list[str]:
@@ -338,7 +355,7 @@ def block_row(
         "seeds": "" if runs is None else draws_label(runs),
     }
     for metric in (*table.metrics, *table.measured_also, *table.shown):
-        mine = seed_values(runs, metric)
+        mine, draws = run_values(runs, metric)
         compared = metric if metric in table.metrics else table.measured_also.get(metric)
         paper = published.get(method, {}).get(compared)
         if metric in table.metrics:
@@ -348,13 +365,18 @@ def block_row(
             sign = paper_sign(paper, published.get(REFERENCE, {}).get(compared))
             if method == REFERENCE:
                 sign = None  # et against et: nothing the paper claims
-            verdict = verdict_cell(mine, seed_values(reference, metric), sign)
+            theirs, their_draws = run_values(reference, metric)
+            verdict = verdict_cell(mine, theirs, sign, draws, their_draws)
             row[f"{metric}: verdict"] = "(reference)" if is_reference else verdict
     return row
 
 
-def seed_values(runs: pd.DataFrame | None, metric: str) -> np.ndarray:
-    return np.array([]) if runs is None else finite(runs[runs.metric == metric].value)
+def run_values(runs: pd.DataFrame | None, metric: str) -> tuple[np.ndarray, list]:
+    """A run group's finite values of `metric` and each one's data draw."""
+    if runs is None:
+        return np.array([]), []
+    part = runs[(runs.metric == metric) & runs.value.notna()]
+    return part.value.to_numpy(float), part.data_seed.tolist() if "data_seed" in part else [None] * len(part)
 
 
 def base_rows(table: Table, values: pd.DataFrame) -> pd.DataFrame:
