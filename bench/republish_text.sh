@@ -43,6 +43,7 @@ CENTRE=pseudowords bash "$here/xling_cpu.sh" pseudowords "$pw" "${searched[@]}"
 bash "$here/data_draws.sh" pseudowords "$pw" "${methods[@]}"
 
 sw=$lb/pseudowords-sweep-cpu/results.duckdb
+mkdir -p "$(dirname "$sw")"
 et_lr=${chosen[0]##*:}
 say "pseudowords s sweep at et's lr $et_lr"
 clbench sweep --task pseudowords --method et --profile cpu --n 16,32,64,128,256 --param dictionary_size=1,2,4,8 \
