@@ -45,9 +45,12 @@ bash "$here/data_draws.sh" pseudowords "$pw" "${methods[@]}"
 sw=$lb/pseudowords-sweep-cpu/results.duckdb
 mkdir -p "$(dirname "$sw")"
 et_lr=${chosen[0]##*:}
-say "pseudowords s sweep at et's lr $et_lr"
-clbench sweep --task pseudowords --method et --profile cpu --n 16,32,64,128,256 --param dictionary_size=1,2,4,8 \
-    --seeds 0,1,2 --set lr="$et_lr" --db "$sw"
+# one seed's whole grid before the next seed's: a chain stopped midway leaves whole curves to publish
+for seed in 0 1 2; do
+    say "pseudowords s sweep at et's lr $et_lr, seed $seed"
+    clbench sweep --task pseudowords --method et --profile cpu --n 16,32,64,128,256 --param dictionary_size=1,2,4,8 \
+        --seeds "$seed" --set lr="$et_lr" --db "$sw"
+done
 
 for lang in es de ar; do
     db=$lb/xling-$lang-cpu-v3/results.duckdb
