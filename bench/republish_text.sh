@@ -11,9 +11,10 @@
 # (pyproject.toml maps clbench.baselines and clbench.tasks to the top-level folders, which a worktree on
 # PYTHONPATH does not: the links make them importable there. The script stops before any run where `clbench`
 # would import another checkout's code.)
-# The order is the publication order: pseudowords (every method, then data draws 1 and 2), the s sweep, then
-# xling-es, xling-de, xling-ar (every method searched on validation, bench/xling_cpu.sh, up to 4 points past an
-# edge: pseudowords' ewc choice was still on its low edge after 2 in a session whose runs were lost).
+# The order is the publication order: pseudowords (every method, then data draws 1 and 2), the s sweep, ewc at two
+# more strengths, then xling-es, xling-de, xling-ar (every method searched on validation, bench/xling_cpu.sh, up to
+# 4 points past an edge: pseudowords' ewc choice was still on its low edge after 2 in a session whose runs were
+# lost).
 set -euo pipefail
 export PAST_EDGES=4
 here=$(cd "$(dirname "$0")" && pwd)
@@ -50,6 +51,16 @@ for seed in 0 1 2; do
     say "pseudowords s sweep at et's lr $et_lr, seed $seed"
     clbench sweep --task pseudowords --method et --profile cpu --n 16,32,64,128,256 --param dictionary_size=1,2,4,8 \
         --seeds "$seed" --set lr="$et_lr" --db "$sw"
+done
+
+# ewc's trade-off between learning the new words and keeping the old text, at two weaker strengths than the table's
+# λ = 1e6 (whose validation curve is flat in lr: its penalty, not lr, sets how far it moves). Each λ's lr is searched
+# on validation like every method's (the tune key holds λ), around fft's 1e-4, then seeds 0-2 on data draw 0.
+for lam in 1e5 1e4; do
+    say "pseudowords ewc at lam $lam"
+    clbench tune --task pseudowords --profile cpu --method ewc --set lam="$lam" --grid 3.7e-5,1.11e-4,3.33e-4 \
+        --past-edges 4 --seeds 0 --db "$pw"
+    clbench run --task pseudowords --profile cpu --method ewc --set lam="$lam" --tuned --seeds 0,1,2 --db "$pw"
 done
 
 for lang in es de ar; do
