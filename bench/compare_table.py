@@ -2,11 +2,12 @@
 runs (data draws × model seeds where a group pools draws) and Welch's p against a reference method's runs.
 
     python bench/compare_table.py --db leaderboard/pseudowords-cpu-v3/results.duckdb --task pseudowords \
-        --against et --metrics target_loss,after_new_loss,forgetting_oldvocab,drift_kl_oldvocab [--by-draw]
+        --against et --metrics target_loss,after_new_loss,forgetting_oldvocab,drift_kl_oldvocab [--by-draw] [--searches]
 
 Reads the reported runs only (clbench.report.load: tuning runs on the validation split never enter). --by-draw adds,
 per method, each data draw's mean over its seeds and the test paired by draw that the leaderboard's and the paper
-report's verdicts use between groups that pool draws. The numbers are the same functions the leaderboard uses
+report's verdicts use between groups that pool draws. --searches adds each method's stored lr search (the `tuned`
+table): every point's validation score, the choice in bold, and where it sits (clbench.lrsearch.edge). The numbers are the same functions the leaderboard uses
 (clbench.stats.mean_ci, welch_p, paired_p); this file only lays them out for a PROVENANCE.
 """
 
@@ -21,7 +22,7 @@ import pandas as pd
 
 from clbench.errors import ClbenchError
 from clbench.records import open_store
-from clbench.report.load import load
+from clbench.report.load import load, searches
 from clbench.stats import mean_ci, paired_p, welch_p
 
 
@@ -93,6 +94,37 @@ def by_draw(values: pd.DataFrame, task: str, metric: str, against: str) -> pd.Da
     return wide.reset_index()
 
 
+def search_table(store, task: str, order: list[str]) -> pd.DataFrame:
+    """One row per stored search of `task`: every lr searched with its mean validation score over the search's
+    seeds (the choice in bold), the choice and where it sits. Methods in `order` first, in that order."""
+    found = searches(store)
+    part = None if found is None else found[found.task == task]
+    if part is None or part.empty:
+        raise ClbenchError(f"no stored lr search of {task} in this database")
+    rank = {method: i for i, method in enumerate(order)}
+    part = part.sort_values("method", key=lambda m: m.map(lambda x: (rank.get(x, len(rank)), x)))
+    rows = []
+    for search in part.itertuples(index=False):
+        points = ", ".join(
+            (
+                f"**{figure(p['lr'], 3)}: {p['mean']:.4f}**"
+                if p["lr"] == search.lr
+                else f"{figure(p['lr'], 3)}: {p['mean']:.4f}"
+            )
+            for p in search.search
+        )
+        seeds = sorted({seed for p in search.search for seed in p["seeds"]})
+        rows.append(
+            {
+                "method": search.method,
+                f"lr: mean validation {search.objective} over seeds": points,
+                "seeds": ",".join(map(str, seeds)),
+                "chosen": f"{figure(search.lr, 3)} ({search.where})",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def markdown(frame: pd.DataFrame) -> str:
     head = "| " + " | ".join(map(str, frame.columns)) + " |"
     rule = "|" + "---|" * len(frame.columns)
@@ -106,11 +138,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--against", default="et")
     parser.add_argument("--metrics", default="target_loss,after_new_loss,forgetting_oldvocab,drift_kl_oldvocab")
     parser.add_argument("--by-draw", action="store_true")
+    parser.add_argument("--searches", action="store_true")
     args = parser.parse_args(argv)
     metrics = [m for m in args.metrics.split(",") if m]
     try:
-        values = load(open_store(args.db))[0]
+        store = open_store(args.db)
+        values = load(store)[0]
         print(markdown(table(values, args.task, args.against, metrics)))
+        if args.searches:
+            order = list(dict.fromkeys(values[values.task == args.task].method))
+            print("\nThe lr searches (the `tuned` table):\n")
+            print(markdown(search_table(store, args.task, order)))
         if args.by_draw:
             for metric in metrics:
                 print(f"\n{metric}, each data draw's mean over its seeds (runs):\n")

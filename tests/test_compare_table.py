@@ -63,3 +63,23 @@ def test_bad_input_is_one_line(tmp_path, capsys):
         compare_table.table(values, "words", "et", ["drift_kl_oldvocab"])
     assert compare_table.main(["--db", str(tmp_path / "r.duckdb"), "--task", "arith"]) == 1
     assert capsys.readouterr().err == "error: no finished runs of arith in this database\n"
+
+
+def test_searches_show_every_point_the_choice_and_where_it_sits(tmp_path):
+    store = seeds_db(tmp_path / "r.duckdb")
+    points = [
+        {"lr": lr, "seeds": [0], "values": [v], "mean": v, "run_ids": [f"t{i}"]}
+        for i, (lr, v) in enumerate([(0.003, 5.31), (0.01, 5.2), (0.03, 5.25)])
+    ]
+    row = {"tune_key": "k1", "task": "words", "method": "et", "model": "tiny", "profile": "cpu"}
+    store.record_tuned(dict(row, objective="target_loss", lr=0.01, score=5.2, search=points))
+    edge = [dict(points[0], lr=1e-5, mean=4.0, values=[4.0]), dict(points[1], lr=3e-5, seeds=[0, 1])]
+    store.record_tuned(
+        dict(row, tune_key="k2", method="fft", objective="target_loss", lr=1e-5, score=4.0, search=edge)
+    )
+    table = compare_table.search_table(store, "words", ["fft", "et"])
+    assert table.method.tolist() == ["fft", "et"]
+    assert table.iloc[1].tolist() == ["et", "0.003: 5.3100, **0.01: 5.2000**, 0.03: 5.2500", "0", "0.01 (inside)"]
+    assert table.iloc[0].tolist() == ["fft", "**1e-5: 4.0000**, 3e-5: 5.2000", "0,1", "1e-5 (low edge)"]
+    with pytest.raises(ClbenchError, match="no stored lr search of arith"):
+        compare_table.search_table(store, "arith", [])
