@@ -7,8 +7,9 @@ runs (data draws × model seeds where a group pools draws) and Welch's p against
 Reads the reported runs only (clbench.report.load: tuning runs on the validation split never enter). --by-draw adds,
 per method, each data draw's mean over its seeds and the test paired by draw that the leaderboard's and the paper
 report's verdicts use between groups that pool draws. --searches adds each method's stored lr search (the `tuned`
-table): every point's validation score, the choice in bold, and where it sits (clbench.lrsearch.edge). The numbers are the same functions the leaderboard uses
-(clbench.stats.mean_ci, welch_p, paired_p); this file only lays them out for a PROVENANCE.
+table): every point's validation score, the choice in bold, and where it sits (clbench.lrsearch.edge). The numbers
+are the same functions the leaderboard uses (clbench.stats.mean_ci, welch_p, paired_p); this file only lays them out
+for a PROVENANCE.
 """
 
 from __future__ import annotations
@@ -105,14 +106,8 @@ def search_table(store, task: str, order: list[str]) -> pd.DataFrame:
     part = part.sort_values("method", key=lambda m: m.map(lambda x: (rank.get(x, len(rank)), x)))
     rows = []
     for search in part.itertuples(index=False):
-        points = ", ".join(
-            (
-                f"**{figure(p['lr'], 3)}: {p['mean']:.4f}**"
-                if p["lr"] == search.lr
-                else f"{figure(p['lr'], 3)}: {p['mean']:.4f}"
-            )
-            for p in search.search
-        )
+        cells = [(p["lr"], f"{figure(p['lr'], 3)}: {p['mean']:.4f}") for p in search.search]
+        points = ", ".join(f"**{cell}**" if lr == search.lr else cell for lr, cell in cells)
         seeds = sorted({seed for p in search.search for seed in p["seeds"]})
         rows.append(
             {
