@@ -745,17 +745,18 @@ def names(text: str | None) -> list[str] | None:
     "write one self-describing record per run (Parquet or JSON Lines)",
     "--format --out --db --task --method",
     {
-        "--format": {"default": "parquet", "choices": ["parquet", "jsonl"], "help": "default: parquet"},
+        "--format": {"choices": ["parquet", "jsonl"], "help": "default: the one --out's suffix names, else parquet"},
         "--out": {"help": "output file (default: clbench-results.parquet or .jsonl here)"},
         "--task": {"required": False, "help": "only these tasks, comma-separated"},
         "--method": {"required": False, "help": "only these methods, comma-separated"},
     },
 )
 def cmd_export(args) -> int:
-    from clbench.export import export
+    from clbench.export import export, out_format
 
-    out = args.out or Path(f"clbench-results.{args.format}")
-    runs = export(args.db, out, args.format, tasks=names(args.task), methods=names(args.method))
+    fmt = out_format(args.out, args.format)
+    out = args.out or Path(f"clbench-results.{fmt}")
+    runs = export(args.db, out, fmt, tasks=names(args.task), methods=names(args.method))
     print(f"wrote {runs} runs to {out}")
     return 0
 

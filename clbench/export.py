@@ -19,6 +19,7 @@ from clbench.records import open_store
 from clbench.store import SPLIT
 
 FORMATS = {"parquet": "PARQUET", "jsonl": "JSON"}  # DuckDB's COPY writes JSON as one object per line
+SUFFIXES = {".parquet": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
 REPO_FILE = "clbench-results.parquet"
 
 # each record field: (its SQL over runs r and the per-run metric maps m, what it is); the order is the files'
@@ -52,6 +53,16 @@ FROM runs r LEFT JOIN m USING (run_id)
 WHERE (?::VARCHAR[] IS NULL OR list_contains(?, r.task)) AND (?::VARCHAR[] IS NULL OR list_contains(?, r.method))
 ORDER BY r.run_id
 """
+
+
+def out_format(out: str | Path | None, fmt: str | None) -> str:
+    """The format to write: `fmt` where given, else the one `out`'s suffix names, else Parquet.
+
+    A file named for one format and written in the other would be misread by whoever opens it by its name."""
+    named = SUFFIXES.get(Path(out).suffix.lower()) if out else None
+    if fmt and named and fmt != named:
+        raise ClbenchError(f"--out {out} names a {named} file but --format is {fmt}; give one that agrees")
+    return fmt or named or "parquet"
 
 
 def export(

@@ -138,6 +138,18 @@ def test_default_out_is_in_the_working_directory_and_task_method_filter(db, tmp_
     assert from_pandas(pd.read_parquet("clbench-results.parquet")) == expected(["c3"])
 
 
+def test_format_follows_the_out_suffix_unless_given(db, tmp_path):
+    for name in ["runs.jsonl", "runs.NDJSON", "runs.json"]:
+        assert main(["export", "--db", str(db), "--out", str(tmp_path / name)]) == 0
+        lines = (tmp_path / name).read_text().splitlines()
+        assert [json.loads(line)["run_id"] for line in lines] == ["a1", "b2", "c3", "d4"]
+    # an unknown suffix keeps the documented default, and an explicit --format is obeyed
+    assert main(["export", "--db", str(db), "--out", str(tmp_path / "runs.bin")]) == 0
+    assert main(["export", "--db", str(db), "--format", "jsonl", "--out", str(tmp_path / "runs.txt")]) == 0
+    assert from_pandas(pd.read_parquet(tmp_path / "runs.bin")) == expected(["a1", "b2", "c3", "d4"])
+    assert from_pandas(read_jsonl(tmp_path / "runs.txt")) == expected(["a1", "b2", "c3", "d4"])
+
+
 def test_non_finite_metrics_survive_in_parquet_and_are_nan_infinity_in_jsonl(tmp_path):
     store = Store(tmp_path / "r.duckdb")
     store.record(run("n1", "arith", "et", 0, {}), {"a": math.nan, "b": math.inf, "c": -math.inf})
@@ -167,8 +179,9 @@ def one_error(capsys) -> str:
         (["--out", "{tmp}/missing/runs.parquet"], "cannot write {tmp}/missing/runs.parquet: No such file or directory"),
         (["--out", "{tmp}"], "cannot write {tmp}: it is a directory"),
         (["--task", "arith", "--method", "pt"], "no runs in {tmp}/r.duckdb match --task arith and --method pt; nothing written"),
+        (["--format", "jsonl"], "--out {tmp}/runs.parquet names a parquet file but --format is jsonl; give one that agrees"),
     ],
-    ids=["missing-db", "unknown-format", "unwritable-out", "missing-folder", "out-is-a-folder", "no-runs-match"],
+    ids=["missing-db", "unknown-format", "unwritable-out", "missing-folder", "out-is-a-folder", "no-runs-match", "format-contradicts-out"],
 )  # fmt: skip
 def test_bad_export_is_one_line_and_leaves_out_untouched(db, tmp_path, capsys, args, message):
     out = tmp_path / "runs.parquet"
