@@ -254,7 +254,7 @@ def test_run_and_results_end_to_end(capsys, tmp_path, tiny_builtin, small_task_f
     out, _ = capsys.readouterr()
     assert "builtin:tiny" in out
     assert main(["results", "--db", str(db), "--task", "nothing-here"]) == 0
-    assert capsys.readouterr().out == "(no finished runs)\n"
+    assert capsys.readouterr().out == "(no finished runs of task 'nothing-here'; finished runs here are of small)\n"
 
 
 def test_subprocess_error_has_no_traceback(tmp_path):

@@ -28,7 +28,9 @@ def summary(store, run_ids=None, task=None, *, wide: bool = False, metrics: list
     if run_ids is not None:
         values = values[values.run_id.isin(run_ids)]
     if task:
-        values = values[values.task == task]
+        tasks, values = sorted(set(values.task)), values[values.task == task]
+        if values.empty and tasks:  # most often a misspelt name: say which there are
+            return f"(no finished runs of task {task!r}; finished runs here are of {', '.join(tasks)})"
     if values.empty:
         return "(no finished runs)"
     table = aggregate(values)
