@@ -754,9 +754,8 @@ def names(text: str | None) -> list[str] | None:
 def cmd_export(args) -> int:
     from clbench.export import export, out_format
 
-    fmt = out_format(args.out, args.format)
-    out = args.out or Path(f"clbench-results.{fmt}")
-    runs = export(args.db, out, fmt, tasks=names(args.task), methods=names(args.method))
+    out = args.out or Path(f"clbench-results.{out_format(None, args.format)}")
+    runs = export(args.db, out, args.format, tasks=names(args.task), methods=names(args.method))
     print(f"wrote {runs} runs to {out}")
     return 0
 

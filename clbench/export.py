@@ -66,11 +66,18 @@ def out_format(out: str | Path | None, fmt: str | None) -> str:
 
 
 def export(
-    db: str | Path, out: str | Path, fmt: str, *, tasks: list[str] | None = None, methods: list[str] | None = None
+    db: str | Path,
+    out: str | Path,
+    fmt: str | None = None,
+    *,
+    tasks: list[str] | None = None,
+    methods: list[str] | None = None,
 ) -> int:
-    """Write the runs of `db` (only those of `tasks` and `methods` where given) to `out`; → how many.
+    """Write the runs of `db` (only those of `tasks` and `methods` where given) to `out`, in `fmt` or the format
+    its suffix names (`out_format`); → how many.
 
     Written to a new file beside `out` and renamed over it, so `out` is never left half-written."""
+    fmt = out_format(out, fmt)
     out, store = Path(out), open_store(db)
     store.check()
     if out.is_dir():

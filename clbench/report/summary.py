@@ -28,9 +28,12 @@ def summary(store, run_ids=None, task=None, *, wide: bool = False, metrics: list
     if run_ids is not None:
         values = values[values.run_id.isin(run_ids)]
     if task:
-        tasks, values = sorted(set(values.task)), values[values.task == task]
-        if values.empty and tasks:  # most often a misspelt name: say which there are
-            return f"(no finished runs of task {task!r}; finished runs here are of {', '.join(tasks)})"
+        matching = values[values.task == task]
+        if matching.empty and not values.empty:  # most often a misspelt name: say which there are
+            return (
+                f"(no finished runs of task {task!r}; finished runs here are of {', '.join(sorted(set(values.task)))})"
+            )
+        values = matching
     if values.empty:
         return "(no finished runs)"
     table = aggregate(values)
