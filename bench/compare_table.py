@@ -23,6 +23,7 @@ import pandas as pd
 
 from clbench.errors import ClbenchError
 from clbench.records import open_store
+from clbench.report.format import fmt, fmt_ci
 from clbench.report.load import load, searches
 from clbench.stats import mean_ci, paired_p, welch_p
 
@@ -40,11 +41,8 @@ def cell(values: np.ndarray, reference: np.ndarray | None) -> str:
     if len(values) and not values.any():
         return "0"
     mean, half = mean_ci(values)
-    if half is None or half == 0:
-        text = f"{mean:.4g}"
-    else:
-        places = max(0, 1 - math.floor(math.log10(half)))  # the CI to 2 significant figures, the mean to its place
-        text = f"{mean:.{places}f} ± {half:.{places}f}"
+    # a reference every run shares (the base's loss) varies only in its last bits: one number, not "± 1.4e-15"
+    text = fmt(mean) if half is not None and half <= 1e-12 * max(1.0, abs(mean)) else fmt_ci(mean, half)
     p = welch_p(values, reference) if reference is not None else None
     return text if p is None else f"{text} (p = {figure(p)})"
 

@@ -4,6 +4,7 @@ compute them (clbench.stats), pooled over data draws, and bad input as one line.
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pytest
 from leaderboard_db import record, seeds_db
 
@@ -27,6 +28,14 @@ def test_cells_are_mean_ci_and_welch_p_against_the_reference(tmp_path):
     assert rows["et", "0.01"].forgetting_oldvocab == "0"  # every run exactly 0: no interval to print
     assert rows["pt", "0.1"].target_loss == "5.9"  # one seed: no interval, nothing to test
     assert [r.runs for r in table.itertuples()] == [3, 3, 3, 1]
+
+
+def test_a_value_every_run_shares_prints_as_one_number_not_its_rounding():
+    # the base's old-text loss, the same in every run up to the last bits of a float sum
+    shared = np.array([3.1381905007663051, 3.1381905007663051, 3.138190500766308])
+    assert compare_table.cell(shared, None) == "3.138"
+    assert compare_table.cell(shared, shared) == "3.138 (p = 1)"
+    assert compare_table.cell(np.array([3.0, 3.5, 4.0]), None) == "3.5 ± 1.2"
 
 
 def test_a_group_pools_its_data_draws_and_by_draw_shows_each(tmp_path):
