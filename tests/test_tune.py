@@ -197,8 +197,13 @@ def _xling_chain(tmp_path, *methods, task="xling-de", **extra_env):
     [
         # tasks/xling-es.yaml's cpu choices: distill 0.009, nonew 1e-4 (c/3, c, 3c at 3 significant digits)
         (("distill", "nonew"), "xling-de", {}, ("0.003,0.009,0.027", "3.33e-05,0.0001,0.0003")),
-        # tasks/xling-de.yaml's: distill 0.003; nonew has none there and trains as fft (1e-4) does
-        (("distill", "nonew"), "xling-ar", {"CENTRE": "xling-de"}, ("0.001,0.003,0.009", "3.33e-05,0.0001,0.0003")),
+        # tasks/xling-de.yaml's: distill 0.027, nonew 3.33e-5
+        (
+            ("distill", "nonew"),
+            "xling-ar",
+            {"CENTRE": "xling-de"},
+            ("0.009,0.027,0.081", "1.11e-05,3.33e-05,9.99e-05"),
+        ),
         # tasks/pseudowords.yaml's cpu choices: et 0.0333, nonew 3.33e-5
         (
             ("et", "nonew"),
