@@ -23,7 +23,7 @@ import pandas as pd
 
 from clbench.errors import ClbenchError
 from clbench.records import open_store
-from clbench.report.format import fmt, fmt_ci
+from clbench.report.format import fmt, fmt_ci, no_spread
 from clbench.report.load import load, searches
 from clbench.stats import mean_ci, paired_p, welch_p
 
@@ -42,7 +42,7 @@ def cell(values: np.ndarray, reference: np.ndarray | None) -> str:
         return "0"
     mean, half = mean_ci(values)
     # a reference every run shares (the base's loss) varies only in its last bits: one number, not "± 1.4e-15"
-    text = fmt(mean) if half is not None and half <= 1e-12 * max(1.0, abs(mean)) else fmt_ci(mean, half)
+    text = fmt(mean) if half is not None and no_spread(mean, half) else fmt_ci(mean, half)
     p = welch_p(values, reference) if reference is not None else None
     return text if p is None else f"{text} (p = {figure(p)})"
 

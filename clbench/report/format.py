@@ -74,13 +74,18 @@ def fmt(value: float) -> str:
     return f"{value:.4g}"
 
 
+def no_spread(mean: float, half: float) -> bool:
+    """Every seed gave the same value, up to the rounding of their mean: an interval below 1e-12 of the mean."""
+    return half <= 1e-12 * max(1.0, abs(mean))
+
+
 def fmt_ci(mean: float, half: float | None) -> str:
     """The cell "mean ± half": the half-width to 2 significant digits and the mean to the same decimal place
     (digits below the interval's are noise); the mean alone (fmt) without an interval; "± 0" where
-    every seed gave the same value (up to the rounding of their mean: an interval below 1e-12 of the mean)."""
+    every seed gave the same value (no_spread)."""
     if half is None or pd.isna(half) or pd.isna(mean):
         return fmt(mean)
-    if half <= 1e-12 * max(1.0, abs(mean)):
+    if no_spread(mean, half):
         return f"{fmt(mean)} ± 0"
     places = max(0, 1 - math.floor(math.log10(half)))
     return f"{round(mean, places) + 0.0:.{places}f} ± {half:.{places}f}"  # + 0.0: no "-0.00"
